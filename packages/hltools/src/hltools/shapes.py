@@ -1,0 +1,142 @@
+"""Linear-layer GEMM shapes of a decoder model, from its Hugging Face ``config.json``.
+
+For a Llama/Qwen3-style block with ``q`` attention heads, ``kv`` key/value heads of size ``d``
+(``head_dim``, else ``hidden_size / num_attention_heads``), the quantized linears compute
+``out[M, N] = x[M, K] @ W[K, N]`` with (N, K):
+
+    qkv      ((q + 2 kv) d,       hidden)         column-parallel (QKVParallelLinear)
+    o        (hidden,             q d)            row-parallel    (RowParallelLinear)
+    gate_up  (2 intermediate,     hidden)         column-parallel (MergedColumnParallelLinear)
+    down     (hidden,             intermediate)   row-parallel    (RowParallelLinear)
+
+Tensor parallelism of size ``tp`` shards N of the column-parallel layers and K of the row-parallel
+ones. For qkv this follows vLLM's ``QKVParallelLinear``: each rank holds ``q / tp`` query heads and
+``max(1, kv / tp)`` key/value heads (kv heads are replicated when ``tp > kv``), which is
+``(q + 2 kv) d / tp`` whenever ``tp <= kv``.
+
+The embedded configs (``hltools/models/*.json``, architecture fields only) cover the models of
+design.md §7; any other model works from a path to its ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+_MODELS_DIR = "models"
+
+
+@dataclass(frozen=True)
+class LinearShape:
+    """One linear layer's GEMM: ``out[M, N] = x[M, K] @ W[K, N]`` (M = num_tokens, chosen later)."""
+
+    name: str
+    n: int
+    k: int
+
+
+def _embedded() -> dict[str, Any]:
+    """Embedded model name (lower case, file stem) -> resource of its config.json."""
+    root = resources.files("hltools") / _MODELS_DIR
+    return {p.name.removesuffix(".json"): p for p in root.iterdir() if p.name.endswith(".json")}
+
+
+def list_models() -> list[str]:
+    """Names of the embedded model configs, sorted (e.g. ``"qwen3-8b"``, ``"llama-3.1-70b"``)."""
+    return sorted(_embedded())
+
+
+def load_model_config(name_or_path: str | Path) -> dict[str, Any]:
+    """Load a model's ``config.json`` as a dict.
+
+    ``name_or_path`` is, in this order: a path to a ``config.json`` file, a path to a directory
+    holding one, or the name of an embedded config (case-insensitive; a Hugging Face id such as
+    ``Qwen/Qwen3-8B`` matches by its last component).
+
+    Raises:
+        FileNotFoundError: a directory without ``config.json``.
+        ValueError: the file is not a JSON object, or the name is neither an existing path nor an
+            embedded model (the message lists the embedded names).
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"no config.json in directory {path}")
+        path = path / "config.json"
+    if path.is_file():
+        return _parse(path.read_text(), str(path))
+    embedded = _embedded()
+    key = str(name_or_path).strip().lower()
+    for candidate in (key, key.rsplit("/", 1)[-1]):
+        if candidate in embedded:
+            return _parse(embedded[candidate].read_text(), f"embedded model {candidate}")
+    raise ValueError(
+        f"unknown model {str(name_or_path)!r}: not a config.json path or a directory holding one, "
+        f"and not an embedded model; embedded models: {', '.join(list_models())}"
+    )
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source}: not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{source}: config.json must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
+def _positive_int(config: dict[str, Any], key: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"config: {key!r} must be a positive integer; got {value!r}")
+    return value
+
+
+def _shard(value: int, tp: int, what: str) -> int:
+    if value % tp:
+        raise ValueError(f"tensor parallel size {tp} does not divide {what} = {value}")
+    return value // tp
+
+
+def linear_shapes(config: dict[str, Any], tp: int = 1) -> list[LinearShape]:
+    """The (N, K) of the qkv, o, gate_up and down linears of one decoder layer on one TP rank.
+
+    Reads ``hidden_size``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``
+    (default: ``num_attention_heads``) and ``head_dim`` (default: ``hidden_size /
+    num_attention_heads``). Sharding and the formulas: see the module docstring.
+
+    Raises:
+        ValueError: ``tp`` is not a positive integer; a field is missing or not a positive integer;
+            ``tp`` does not divide the query heads or the intermediate size; the kv heads and ``tp``
+            divide neither way (vLLM's rule); ``head_dim`` cannot be derived.
+    """
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise ValueError(f"tensor parallel size must be a positive integer; got {tp!r}")
+    hidden = _positive_int(config, "hidden_size")
+    intermediate = _positive_int(config, "intermediate_size")
+    q = _positive_int(config, "num_attention_heads")
+    kv = _positive_int(config, "num_key_value_heads") if "num_key_value_heads" in config else q
+    if config.get("head_dim") is not None:
+        head_dim = _positive_int(config, "head_dim")
+    elif hidden % q == 0:
+        head_dim = hidden // q
+    else:
+        raise ValueError(f"config: no head_dim and hidden_size {hidden} is not divisible by {q} heads")
+    q_rank = _shard(q, tp, "num_attention_heads")
+    if tp <= kv:
+        kv_rank = _shard(kv, tp, "num_key_value_heads")
+    elif tp % kv == 0:
+        kv_rank = 1  # vLLM replicates each kv head over tp / kv ranks
+    else:
+        raise ValueError(f"num_key_value_heads = {kv} and tensor parallel size {tp}: neither divides the other")
+    inter_rank = _shard(intermediate, tp, "intermediate_size")
+    return [
+        LinearShape("qkv", (q_rank + 2 * kv_rank) * head_dim, hidden),
+        LinearShape("o", hidden, q_rank * head_dim),
+        LinearShape("gate_up", 2 * inter_rank, hidden),
+        LinearShape("down", hidden, inter_rank),
+    ]
