@@ -62,7 +62,7 @@ for n, k in SHAPES:
                 err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
                 if not err < 2e-2:
                     return None, err
-                tm = time_graph([lambda b=b: scaled_mm(a, b, sa, sb, config=cfg, out=out) for b in bs], repeats=20)
+                tm = time_graph([lambda b=b: scaled_mm(a, b, sa, sb, config=cfg) for b in bs], repeats=20)
                 return tm.median_us, err
             except Exception as exc:  # noqa: BLE001
                 print("  fail", cfg, type(exc).__name__, str(exc)[:200], flush=True)

@@ -53,11 +53,14 @@ def _scaled_mm_body(
     scale_a: torch.Tensor,  # [M] fp32
     scale_b: torch.Tensor,  # [N] fp32
     bias: torch.Tensor | None,  # [N] out dtype
-    out: torch.Tensor,  # [M, N] bf16/fp16/fp32, written
+    out_dtype: torch.dtype,  # bf16/fp16/fp32
 ) -> torch.Tensor:
     m = a.size(0)
     k = hl.specialize(a.size(1))
     n = hl.specialize(b_t.size(0))
+    # Allocated here (not passed in) so its rows share A's symbolic M: Helion 1.5.0 mis-broadcasts
+    # a separately passed [1, N] output when M is dynamic and equals 1.
+    out = torch.empty([m, n], dtype=out_dtype, device=a.device)
     split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
     swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
     k_chunk = helion.next_power_of_2(helion.cdiv(k, split_k))
@@ -206,7 +209,6 @@ def scaled_mm(
     bias: torch.Tensor | None = None,
     *,
     config: Any = None,
-    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Scaled fp8 GEMM ``out = scale_a[M, 1] * scale_b[1, N] * (A @ B) (+ bias)``, Helion kernel.
 
@@ -221,7 +223,6 @@ def scaled_mm(
         bias: optional ``[N]`` tensor of ``out_dtype``, added after scaling.
         config: a ``helion.Config`` (or its dict / JSON) with ``block_sizes``, ``split_k``,
             ``swap_ab`` and Triton knobs; default: :func:`hlcore.scaled_mm_config.default_scaled_mm_config`.
-        out: optional preallocated ``[M, N]`` contiguous output of ``out_dtype``.
 
     Returns:
         ``[M, N]`` tensor of ``out_dtype``; M = 0 returns an empty ``[0, N]`` without a launch.
@@ -235,12 +236,8 @@ def scaled_mm(
     check_scaled_mm_args(a, b, scale_a, scale_b, out_dtype, bias)
     m, k = a.shape
     n = b.shape[1]
-    if out is None:
-        out = torch.empty((m, n), dtype=out_dtype, device=a.device)
-    elif out.shape != (m, n) or out.dtype != out_dtype or not out.is_contiguous() or out.device != a.device:
-        raise ValueError(f"scaled_mm: out must be a contiguous [{m}, {n}] {out_dtype} tensor; got {_describe(out)}")
     if m == 0:
-        return out
+        return torch.empty((0, n), dtype=out_dtype, device=a.device)
     if a.stride(1) != 1:
         a = a.contiguous()
     if config is None:
@@ -248,8 +245,7 @@ def scaled_mm(
 
         config = default_scaled_mm_config(m, n, k)
     kernel = _kernel_for(_as_config_json(config))
-    kernel(a, b.t(), scale_a.reshape(m), scale_b.reshape(n), bias, out)
-    return out
+    return kernel(a, b.t(), scale_a.reshape(m), scale_b.reshape(n), bias, out_dtype)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,38 @@
+"""Root pytest setup shared by the three packages.
+
+CPU runs execute Helion kernels in an interpret mode, chosen before triton/helion are imported:
+``HL_TEST_INTERPRET=triton`` (default: Helion compiles, Triton's interpreter runs the generated code)
+or ``helion`` (Helion's eager reference mode). The two cannot be combined in one process, so
+``nox -s tests`` runs pytest once per mode. ``HL_TEST_GPU=1`` (``nox -s gpu_tests``) runs the real
+compiled kernels and the ``gpu``-marked tests.
+"""
+
+import os
+
+if os.environ.get("HL_TEST_GPU") != "1":
+    if os.environ.get("HL_TEST_INTERPRET", "triton") == "helion":
+        os.environ["HELION_INTERPRET"] = "1"
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = "1"
+        os.environ.pop("HELION_INTERPRET", None)
+
+import pytest  # noqa: E402
+
+
+def interpret_mode() -> str:
+    """``"triton"``, ``"helion"`` or ``"gpu"``."""
+    if os.environ.get("HL_TEST_GPU") == "1":
+        return "gpu"
+    return "helion" if os.environ.get("HELION_INTERPRET") == "1" else "triton"
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (nox -s gpu_tests)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

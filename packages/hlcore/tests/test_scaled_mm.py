@@ -1,0 +1,114 @@
+"""scaled_mm (Helion) against the fp32 dequantized reference, in the CPU interpret modes."""
+
+import itertools
+import os
+
+import pytest
+import torch
+
+from hlcore.scaled_mm import generate_scaled_mm_inputs, scaled_mm, scaled_mm_ref
+from hlcore.scaled_mm_config import default_scaled_mm_config
+from hlcore.testing import max_abs_error, rel_error, tolerance
+
+HELION_MODE = os.environ.get("HELION_INTERPRET") == "1"
+CUDA = torch.cuda.is_available() and os.environ.get("HL_TEST_GPU") == "1"
+DEVICE = "cuda" if CUDA else "cpu"
+
+# N not a multiple of any tile, N < K and N > K
+SHAPES = [(40, 96), (200, 64)]
+MS = [0, 1, 3, 16, 32]
+
+
+def _out_dtype(split_k: int) -> torch.dtype:
+    # Triton's CPU interpreter has no bf16 atomics; fp16 exercises the same atomic path.
+    if split_k > 1 and not HELION_MODE and not CUDA:
+        return torch.float16
+    return torch.bfloat16
+
+
+def _config(split_k: int, swap_ab: bool) -> dict:
+    return {"block_sizes": [16, 16, 32], "split_k": split_k, "swap_ab": swap_ab, "num_warps": 4, "num_stages": 1}
+
+
+CASES = list(itertools.product([1, 2, 4], [False, True], MS, SHAPES, [False, True]))
+
+
+@pytest.mark.parametrize(
+    "split_k,swap_ab,m,nk,with_bias",
+    CASES,
+    ids=[f"sk{s}-swap{int(w)}-M{m}-N{nk[0]}K{nk[1]}-bias{int(b)}" for s, w, m, nk, b in CASES],
+)
+def test_scaled_mm_matches_reference(split_k, swap_ab, m, nk, with_bias):
+    n, k = nk
+    out_dtype = _out_dtype(split_k)
+    seed = hash((split_k, swap_ab, m, n, k, with_bias)) % 1000
+    d = generate_scaled_mm_inputs(m, n, k, device=DEVICE, out_dtype=out_dtype, with_bias=with_bias, seed=seed)
+    out = scaled_mm(**d, config=_config(split_k, swap_ab))
+    ref = scaled_mm_ref(**d)
+    assert out.shape == (m, n) and out.dtype == out_dtype
+    err = rel_error(out, ref)
+    tol = tolerance("fp8_dynamic", out_dtype)
+    assert err <= tol, (
+        f"M={m} N={n} K={k} split_k={split_k} swap_ab={swap_ab} bias={with_bias}: rel err {err:.2e} > {tol:.0e}, "
+        f"max abs {max_abs_error(out, ref):.3e}"
+    )
+    if m:
+        assert ref.abs().max() > 0  # never compare on zeros
+
+
+def test_default_config_matches_reference():
+    for m, n, k in [(1, 48, 256), (5, 80, 1024), (33, 64, 128)]:
+        d = generate_scaled_mm_inputs(m, n, k, device=DEVICE, out_dtype=torch.float16, with_bias=True, seed=m)
+        out = scaled_mm(**d)  # default_scaled_mm_config
+        assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.float16), (m, n, k)
+
+
+def test_m_zero_launches_nothing(monkeypatch):
+    import hlcore.scaled_mm as mod
+
+    def boom(*_a, **_k):
+        raise AssertionError("kernel must not be built or launched for M = 0")
+
+    monkeypatch.setattr(mod, "_kernel_for", boom)
+    d = generate_scaled_mm_inputs(0, 48, 64, device=DEVICE)
+    out = scaled_mm(**d)
+    assert out.shape == (0, 48) and out.dtype == torch.bfloat16
+
+
+def test_non_contiguous_activations_behave_like_linear():
+    """A row-strided slice and a K-strided view give the same result as their contiguous copies."""
+    m, n, k = 5, 40, 96
+    d = generate_scaled_mm_inputs(2 * m, n, k, device=DEVICE, seed=7)
+    cfg = _config(1, True)
+    a_rows = d["a"][::2]  # row stride 2K
+    assert not a_rows.is_contiguous()
+    sa = d["scale_a"][::2]
+    out = scaled_mm(a_rows, d["b"], sa, d["scale_b"], config=cfg)
+    ref = scaled_mm_ref(a_rows.contiguous(), d["b"], sa.contiguous(), d["scale_b"])
+    assert rel_error(out, ref) <= tolerance("fp8_dynamic", torch.bfloat16)
+    wide = torch.zeros((m, 2 * k), dtype=torch.float8_e4m3fn, device=DEVICE)
+    wide[:, ::2] = d["a"][:m]
+    a_k = wide[:, ::2]  # K stride 2
+    out_k = scaled_mm(a_k, d["b"], d["scale_a"][:m], d["scale_b"], config=cfg)
+    ref_k = scaled_mm_ref(d["a"][:m], d["b"], d["scale_a"][:m], d["scale_b"])
+    assert rel_error(out_k, ref_k) <= tolerance("fp8_dynamic", torch.bfloat16)
+
+
+def test_split_k_one_is_bitwise_repeatable():
+    d = generate_scaled_mm_inputs(3, 40, 128, device=DEVICE, seed=3)
+    cfg = _config(1, True)
+    first = scaled_mm(**d, config=cfg)
+    for _ in range(2):
+        assert torch.equal(scaled_mm(**d, config=cfg), first)
+
+
+def test_default_config_is_valid_everywhere():
+    for m, n, k in itertools.product([1, 2, 3, 8, 24, 32, 33, 64, 512], [16, 40, 4096, 24576], [32, 96, 4096, 25600]):
+        cfg = default_scaled_mm_config(m, n, k)
+        bm, bn, bk = cfg["block_sizes"]
+        sk = cfg["split_k"]
+        assert sk & (sk - 1) == 0 and 1 <= sk <= 256
+        assert all(b & (b - 1) == 0 and b >= 16 for b in (bm, bn, bk))
+        assert isinstance(cfg["swap_ab"], bool)
+    with pytest.raises(ValueError, match="positive"):
+        default_scaled_mm_config(0, 16, 16)
