@@ -1,0 +1,98 @@
+"""Hybrid dispatch inside an opaque torch custom op: Helion for num_tokens <= max_helion_size under
+CUDA-graph capture, vLLM's default kernel otherwise.
+
+vLLM traces linear layers with torch.compile and drops guards, so the size test must not live in
+traced Python; here it runs inside the op's eager implementation, at every real call: during eager
+warm-up, during CUDA-graph capture (the chosen kernel is recorded), and for eager batches.
+
+Helion's host call costs tens of microseconds, so outside capture Helion runs only once per
+(M, N, K) to compile before capture (vLLM's warm-up run precedes each capture at the same size),
+unless ``HL_HELION_EAGER=1``. A Helion failure for a shape logs one warning and that shape uses
+vLLM's kernel from then on: a server never fails because of us.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+
+from hlvllm.settings import get_settings
+
+logger = logging.getLogger("vllm.hlvllm")
+
+#: (path, M, N, K) -> calls that ran the op body (eager, warm-up or capture; not graph replays).
+DISPATCH_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
+_warmed: set[tuple[str, int, int, int]] = set()
+_broken: dict[tuple[str, int, int], str] = {}
+_max_m_limit: int | None = None  # min(max_helion_size, max CUDA-graph capture size), set by kernels
+
+
+def set_capture_limit(max_capture_size: int) -> None:
+    """Record the largest CUDA-graph capture size; Helion never runs above it."""
+    global _max_m_limit
+    _max_m_limit = max_capture_size if _max_m_limit is None else max(_max_m_limit, max_capture_size)
+
+
+def max_helion_m() -> int:
+    """Largest M routed to Helion in this process."""
+    limit = get_settings().max_helion_size
+    return limit if _max_m_limit is None else min(limit, _max_m_limit)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def route(fmt: str, m: int, n: int, k: int) -> str:
+    """``"helion"`` or ``"fallback"`` for one call of format ``fmt`` at ``[M, K] x [K, N]``."""
+    settings = get_settings()
+    if m == 0 or m > max_helion_m() or (fmt, n, k) in _broken:
+        return "fallback"
+    if settings.helion_eager or _capturing():
+        return "helion"
+    key = (fmt, m, n, k)
+    if key not in _warmed:  # first eager call at this size: compile now, before any capture
+        _warmed.add(key)
+        return "helion"
+    return "fallback"
+
+
+def run(
+    fmt: str,
+    m: int,
+    n: int,
+    k: int,
+    helion_fn: Callable[[], torch.Tensor],
+    fallback_fn: Callable[[], torch.Tensor],
+) -> torch.Tensor:
+    """Run ``helion_fn`` or ``fallback_fn`` as :func:`route` says; count and optionally log it."""
+    path = route(fmt, m, n, k)
+    if path == "helion":
+        try:
+            out = helion_fn()
+        except Exception as exc:  # noqa: BLE001 - any Helion failure must fall back, never crash
+            _broken[(fmt, n, k)] = f"{type(exc).__name__}: {exc}"
+            logger.warning(
+                "hlvllm: Helion %s kernel failed for M=%d N=%d K=%d (%s); this shape uses vLLM's "
+                "kernel from now on. Run `hltools validate` to reproduce.",
+                fmt, m, n, k, _broken[(fmt, n, k)][:300],
+            )
+            path = "fallback"
+            out = fallback_fn()
+    else:
+        out = fallback_fn()
+    key = (path, m, n, k)
+    if get_settings().dispatch_log and key not in DISPATCH_COUNTS:
+        logger.info("hlvllm dispatch: %s %s M=%d N=%d K=%d capturing=%s", fmt, path, m, n, k, _capturing())
+    DISPATCH_COUNTS[key] += 1
+    return out
+
+
+def reset() -> None:
+    """Forget warm-up state, failures and counts (tests)."""
+    DISPATCH_COUNTS.clear()
+    _warmed.clear()
+    _broken.clear()

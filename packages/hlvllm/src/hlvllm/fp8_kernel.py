@@ -1,0 +1,118 @@
+"""vLLM FP8_Dynamic linear kernel backed by the Helion scaled GEMM.
+
+``HelionFP8ScaledMMLinearKernel`` subclasses vLLM's ``CutlassFP8ScaledMMLinearKernel``, so weight
+loading, ``process_weights_after_loading`` and the layout (``layer.weight``: the ``[K, N]``
+column-major fp8 view; ``weight_scale`` fp32 ``[N, 1]``) are exactly CUTLASS's, and activation
+quantization is vLLM's ``QuantFP8`` (dynamic per token). Only the GEMM call changes: it goes
+through ``torch.ops.hlvllm.fp8_scaled_mm``, whose body picks Helion (num_tokens <=
+max_helion_size, under CUDA-graph capture) or ``cutlass_scaled_mm``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+
+import torch
+from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassFP8ScaledMMLinearKernel
+from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearLayerConfig
+from vllm.model_executor.layers.quantization.utils.quant_utils import (
+    kFp8DynamicTokenSym,
+    kFp8StaticChannelSym,
+)
+from vllm.platforms import current_platform
+
+from hlvllm import dispatch
+from hlvllm.settings import get_settings
+
+logger = logging.getLogger("vllm.hlvllm")
+
+SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+@functools.cache
+def helion_importable() -> tuple[bool, str | None]:
+    """Whether helion (and so hlcore's kernels) can be imported here, without importing it."""
+    if importlib.util.find_spec("helion") is None:
+        return False, "helion is not installed (pip install helion==1.5.0)"
+    return True, None
+
+
+def cudagraph_capture_limit() -> tuple[int, str | None]:
+    """The largest CUDA-graph capture size of the current vLLM config, or 0 and a reason."""
+    from vllm.config import CUDAGraphMode, get_current_vllm_config
+
+    cfg = get_current_vllm_config().compilation_config
+    if cfg.cudagraph_mode is None or cfg.cudagraph_mode == CUDAGraphMode.NONE:
+        return 0, "CUDA graphs are off (enforce_eager or cudagraph_mode=NONE); Helion only pays under graphs"
+    size = cfg.max_cudagraph_capture_size or 0
+    if size <= 0:
+        return 0, "max_cudagraph_capture_size is 0"
+    return size, None
+
+
+class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
+    """FP8_Dynamic (per-token fp8 activations x per-channel fp8 weights) with hybrid dispatch."""
+
+    _logged = False
+
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        if not get_settings().enabled:
+            return False, "is off (set HL_LINEAR_BACKEND=helion to enable)"
+        if not current_platform.is_cuda():
+            return False, "requires CUDA"
+        if compute_capability != 90:
+            return False, f"is tuned for SM90 (H100/H200) only; this GPU is SM{compute_capability}"
+        ok, reason = helion_importable()
+        if not ok:
+            return False, reason
+        return True, None
+
+    @classmethod
+    def can_implement(cls, c: FP8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
+        if c.activation_quant_key != kFp8DynamicTokenSym:
+            return False, f"supports dynamic per-token fp8 activations only; got {c.activation_quant_key}"
+        if c.weight_quant_key != kFp8StaticChannelSym:
+            return False, f"supports per-channel fp8 weights only; got {c.weight_quant_key}"
+        if c.out_dtype is not None and c.out_dtype not in SUPPORTED_OUT_DTYPES:
+            return False, f"supports bf16/fp16 output only; got {c.out_dtype}"
+        n, k = c.weight_shape
+        if n % 16 or k % 16:
+            return False, f"needs N and K multiples of 16 (CUTLASS pads otherwise); got N={n}, K={k}"
+        size, reason = cudagraph_capture_limit()
+        if not size:
+            return False, reason
+        return True, None
+
+    def __init__(self, c: FP8ScaledMMLinearLayerConfig, layer_param_names) -> None:
+        super().__init__(c, layer_param_names)
+        size, _ = cudagraph_capture_limit()
+        dispatch.set_capture_limit(size)
+        if not HelionFP8ScaledMMLinearKernel._logged:
+            HelionFP8ScaledMMLinearKernel._logged = True
+            logger.info(
+                "hlvllm: FP8_Dynamic linear layers use Helion for num_tokens <= %d under CUDA graphs "
+                "and CUTLASS (cutlass_scaled_mm) otherwise",
+                dispatch.max_helion_m(),
+            )
+
+    def apply_scaled_mm(
+        self,
+        *,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        out_dtype: torch.dtype,
+        As: torch.Tensor,
+        Bs: torch.Tensor,
+        bias: torch.Tensor | None,
+        output_shape: list,
+    ) -> torch.Tensor:
+        if B.shape[1] != self.logical_output_size or B.shape[0] != A.shape[1]:
+            # CUTLASS padded this layer's weight (can_implement rules that out; stay correct anyway)
+            return super().apply_scaled_mm(
+                A=A, B=B, out_dtype=out_dtype, As=As, Bs=Bs, bias=bias, output_shape=output_shape
+            )
+        out = torch.ops.hlvllm.fp8_scaled_mm(A, B, As, Bs, out_dtype, bias)
+        return out.view(*output_shape)

@@ -1,0 +1,42 @@
+"""vLLM general-plugin entry point (``vllm.general_plugins``: ``hlvllm = hlvllm.plugin:register``).
+
+vLLM calls :func:`register` in every process (engine core, each worker, the model-inspection
+subprocess) before any model is built. It must be idempotent, cheap and must not initialise CUDA.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("vllm.hlvllm")
+
+_registered = False
+
+
+def register() -> None:
+    """Register hlvllm's torch ops and, when ``HL_LINEAR_BACKEND=helion``, put the Helion FP8 linear
+    kernel first in vLLM's CUDA FP8 kernel list. Safe to call any number of times."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from hlvllm.settings import get_settings
+
+    settings = get_settings()
+    from hlvllm.ops import register_ops
+
+    register_ops()
+    if not settings.enabled:
+        logger.debug("hlvllm: off (set HL_LINEAR_BACKEND=helion to enable)")
+        return
+    from vllm.model_executor.kernels import linear as vllm_linear
+    from vllm.platforms import PlatformEnum
+
+    from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
+
+    kernels = vllm_linear._POSSIBLE_FP8_KERNELS.setdefault(PlatformEnum.CUDA, [])
+    if HelionFP8ScaledMMLinearKernel not in kernels:
+        kernels.insert(0, HelionFP8ScaledMMLinearKernel)
+    logger.info(
+        "hlvllm: Helion linear backend registered (max_helion_size=%d)", settings.max_helion_size
+    )

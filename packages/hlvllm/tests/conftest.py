@@ -1,0 +1,56 @@
+"""Fixtures for testing the plugin against the real vLLM 0.26 package on the CPU."""
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def hl_env(monkeypatch):
+    """Enable the backend for one test and restore vLLM's kernel list and hlvllm's state after."""
+    from vllm.model_executor.kernels import linear as vllm_linear
+    from vllm.platforms import PlatformEnum
+
+    import hlvllm.plugin as plugin
+    from hlvllm import dispatch
+    from hlvllm.settings import get_settings
+
+    saved = list(vllm_linear._POSSIBLE_FP8_KERNELS.get(PlatformEnum.CUDA, []))
+    monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
+    monkeypatch.setattr(plugin, "_registered", False)
+    get_settings.cache_clear()
+    dispatch.reset()
+    yield monkeypatch
+    vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] = saved
+    get_settings.cache_clear()
+    dispatch.reset()
+
+
+@pytest.fixture
+def graphs_on_config():
+    """A CPU VllmConfig whose compilation config says CUDA graphs are on (capture sizes <= 64)."""
+    from vllm.config import CUDAGraphMode, DeviceConfig, VllmConfig, set_current_vllm_config
+
+    cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    cfg.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    cfg.compilation_config.max_cudagraph_capture_size = 64
+    with set_current_vllm_config(cfg):
+        yield cfg
+
+
+def _fp8_layer_config(n=4096, k=4096, *, weight_key=None, act_key=None, out_dtype=torch.bfloat16):
+    from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearLayerConfig
+    from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8DynamicTokenSym, kFp8StaticChannelSym
+
+    return FP8ScaledMMLinearLayerConfig(
+        weight_quant_key=weight_key or kFp8StaticChannelSym,
+        activation_quant_key=act_key or kFp8DynamicTokenSym,
+        weight_shape=(n, k),
+        input_dtype=torch.bfloat16,
+        out_dtype=out_dtype,
+    )
+
+
+@pytest.fixture
+def fp8_layer_config():
+    """Factory for ``FP8ScaledMMLinearLayerConfig`` (default: per-token fp8 x per-channel fp8, 4096^2)."""
+    return _fp8_layer_config

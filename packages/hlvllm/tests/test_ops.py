@@ -1,0 +1,126 @@
+"""torch.ops.hlvllm.fp8_scaled_mm: size dispatch inside the op, fake vs real, torch.compile."""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from hlcore.scaled_mm import generate_scaled_mm_inputs, scaled_mm_ref
+from hlcore.testing import rel_error, tolerance
+
+
+@pytest.fixture
+def op(hl_env):
+    import hlvllm.ops as ops
+    from hlvllm import dispatch
+    from hlvllm.plugin import register
+
+    register()
+    calls = []
+
+    def fake_cutlass(a, b, scale_a, scale_b, out_dtype, bias):  # CUTLASS is CUDA-only
+        calls.append(a.shape[0])
+        return scaled_mm_ref(a, b, scale_a, scale_b, out_dtype, bias)
+
+    hl_env.setattr(ops, "_fallback_fp8_scaled_mm", fake_cutlass)
+    return torch.ops.hlvllm.fp8_scaled_mm, dispatch, calls
+
+
+def _args(m, n=48, k=96, seed=0, with_bias=True):
+    d = generate_scaled_mm_inputs(m, n, k, with_bias=with_bias, seed=seed)
+    return (d["a"], d["b"], d["scale_a"], d["scale_b"], d["out_dtype"], d["bias"]), d
+
+
+def test_small_m_runs_helion_once_then_fallback_in_eager(op):
+    fn, dispatch, calls = op
+    args, d = _args(3)
+    out = fn(*args)
+    assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
+    assert dispatch.DISPATCH_COUNTS[("helion", 3, 48, 96)] == 1  # warm-up compile before capture
+    out2 = fn(*args)
+    assert dispatch.DISPATCH_COUNTS[("fallback", 3, 48, 96)] == 1 and calls == [3]
+    assert rel_error(out2, out) <= tolerance("fp8_dynamic", torch.bfloat16)
+
+
+def test_large_m_uses_fallback(op):
+    fn, dispatch, calls = op
+    args, d = _args(33)
+    out = fn(*args)
+    assert calls == [33] and dispatch.DISPATCH_COUNTS[("fallback", 33, 48, 96)] == 1
+    assert not any(k[0] == "helion" for k in dispatch.DISPATCH_COUNTS)
+    assert rel_error(out, scaled_mm_ref(**d)) == 0.0
+
+
+def test_max_helion_size_env(op, hl_env):
+    from hlvllm.settings import get_settings
+
+    fn, dispatch, calls = op
+    hl_env.setenv("HL_MAX_HELION_SIZE", "2")
+    get_settings.cache_clear()
+    fn(*_args(3)[0])
+    assert calls == [3]
+    fn(*_args(2)[0])
+    assert dispatch.DISPATCH_COUNTS[("helion", 2, 48, 96)] == 1
+
+
+def test_helion_eager_setting(op, hl_env):
+    from hlvllm.settings import get_settings
+
+    fn, dispatch, calls = op
+    hl_env.setenv("HL_HELION_EAGER", "1")
+    get_settings.cache_clear()
+    args, _ = _args(5)
+    fn(*args)
+    fn(*args)
+    assert dispatch.DISPATCH_COUNTS[("helion", 5, 48, 96)] == 2 and calls == []
+
+
+def test_helion_failure_falls_back_with_warning(op, hl_env, caplog):
+    import hlvllm.ops as ops
+
+    fn, dispatch, calls = op
+
+    def broken(*_a):
+        raise RuntimeError("no config compiles")
+
+    hl_env.setattr(ops, "_helion_fp8_scaled_mm", broken)
+    args, d = _args(4)
+    with caplog.at_level("WARNING", logger="vllm.hlvllm"):
+        out = fn(*args)
+        fn(*args)
+    assert calls == [4, 4]
+    assert sum("Helion fp8_dynamic kernel failed" in r.message for r in caplog.records) == 1
+    assert rel_error(out, scaled_mm_ref(**d)) == 0.0
+
+
+def test_m_zero(op):
+    fn, dispatch, calls = op
+    args, _ = _args(0)
+    out = fn(*args)
+    assert out.shape == (0, 48) and out.dtype == torch.bfloat16 and calls == []
+
+
+@pytest.mark.parametrize("m", [1, 3, 40])
+def test_fake_impl_agrees_with_real(op, m):
+    fn, _, _ = op
+    for with_bias, out_dtype in [(True, torch.bfloat16), (False, torch.float16)]:
+        d = generate_scaled_mm_inputs(m, 48, 96, with_bias=with_bias, out_dtype=out_dtype, seed=m)
+        args = (d["a"], d["b"], d["scale_a"], d["scale_b"], out_dtype, d["bias"])
+        real = fn(*args)
+        with FakeTensorMode() as mode:
+            fake_args = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in args]
+            fake = fn(*fake_args)
+        assert fake.shape == real.shape and fake.dtype == real.dtype == out_dtype
+        assert fake.device == real.device
+
+
+def test_dispatch_survives_torch_compile(op):
+    """Dynamo treats the op as opaque: one compiled graph (dynamic M) still routes per call."""
+    fn, dispatch, calls = op
+    compiled = torch.compile(lambda a, b, sa, sb, bias: fn(a, b, sa, sb, torch.bfloat16, bias), backend="eager", dynamic=True)
+    for m in (40, 3, 64, 2):
+        args, d = _args(m, seed=m)
+        out = compiled(args[0], args[1], args[2], args[3], args[5])
+        assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16), m
+    assert calls == [40, 64]
+    assert dispatch.DISPATCH_COUNTS[("helion", 3, 48, 96)] == 1
+    assert dispatch.DISPATCH_COUNTS[("helion", 2, 48, 96)] == 1

@@ -1,0 +1,120 @@
+"""The plugin against the real vLLM 0.26 package, imported on the CPU."""
+
+import importlib.metadata
+
+import torch
+
+
+def test_entry_point_is_discoverable():
+    eps = {ep.name: ep for ep in importlib.metadata.entry_points(group="vllm.general_plugins")}
+    assert "hlvllm" in eps
+    assert eps["hlvllm"].value == "hlvllm.plugin:register"
+    from hlvllm.plugin import register
+
+    assert eps["hlvllm"].load() is register
+
+
+def test_register_is_idempotent_and_puts_kernel_first(hl_env):
+    from vllm.model_executor.kernels import linear as vllm_linear
+    from vllm.platforms import PlatformEnum
+
+    from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
+    from hlvllm.plugin import register
+
+    before = list(vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA])
+    register()
+    register()
+    import hlvllm.plugin as plugin
+
+    plugin._registered = False  # even a second real registration must not insert twice
+    register()
+    kernels = vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA]
+    assert kernels[0] is HelionFP8ScaledMMLinearKernel
+    assert kernels.count(HelionFP8ScaledMMLinearKernel) == 1
+    assert kernels[1:] == [k for k in before if k is not HelionFP8ScaledMMLinearKernel]
+    assert hasattr(torch.ops.hlvllm, "fp8_scaled_mm")
+    assert not torch.cuda.is_initialized()
+
+
+def test_disabled_plugin_leaves_vllm_alone(hl_env):
+    from vllm.model_executor.kernels import linear as vllm_linear
+    from vllm.platforms import PlatformEnum
+
+    from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
+    from hlvllm.plugin import register
+    from hlvllm.settings import get_settings
+
+    hl_env.delenv("HL_LINEAR_BACKEND")
+    get_settings.cache_clear()
+    vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] = [
+        k for k in vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] if k is not HelionFP8ScaledMMLinearKernel
+    ]
+    before = list(vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA])
+    register()
+    assert vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] == before
+    ok, reason = HelionFP8ScaledMMLinearKernel.is_supported(90)
+    assert not ok and "HL_LINEAR_BACKEND=helion" in reason
+
+
+def test_is_supported_reasons(hl_env):
+    from vllm.platforms import current_platform
+
+    import hlvllm.fp8_kernel as fk
+    from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel as K
+
+    ok, reason = K.is_supported(90)  # this machine has no CUDA
+    assert not ok and "CUDA" in reason
+    hl_env.setattr(current_platform, "is_cuda", lambda: True)
+    ok, reason = K.is_supported(80)
+    assert not ok and "SM90" in reason and "SM80" in reason
+    assert K.is_supported(90) == (True, None)
+    fk.helion_importable.cache_clear()
+    hl_env.setattr(fk.importlib.util, "find_spec", lambda name: None)
+    ok, reason = K.is_supported(90)
+    assert not ok and "helion is not installed" in reason
+    fk.helion_importable.cache_clear()
+
+
+def test_can_implement_reasons(hl_env, graphs_on_config, fp8_layer_config):
+    from vllm.config import CUDAGraphMode
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        kFp8DynamicTensorSym,
+        kFp8StaticTensorSym,
+    )
+
+    from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel as K
+
+    assert K.can_implement(fp8_layer_config()) == (True, None)
+    ok, reason = K.can_implement(fp8_layer_config(weight_key=kFp8StaticTensorSym))
+    assert not ok and "per-channel" in reason
+    ok, reason = K.can_implement(fp8_layer_config(act_key=kFp8DynamicTensorSym))
+    assert not ok and "per-token" in reason
+    ok, reason = K.can_implement(fp8_layer_config(n=4100))
+    assert not ok and "multiples of 16" in reason
+    ok, reason = K.can_implement(fp8_layer_config(out_dtype=torch.float32))
+    assert not ok and "bf16/fp16" in reason
+    graphs_on_config.compilation_config.cudagraph_mode = CUDAGraphMode.NONE
+    ok, reason = K.can_implement(fp8_layer_config())
+    assert not ok and "CUDA graphs are off" in reason
+
+
+def test_vllm_chooser_picks_helion_kernel_when_supported(hl_env, graphs_on_config, fp8_layer_config):
+    """vLLM's own chooser returns our kernel first, and skips it when disabled by VLLM_DISABLED_KERNELS."""
+    from vllm.model_executor.kernels import linear as vllm_linear
+    from vllm.platforms import PlatformEnum, current_platform
+
+    from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
+    from hlvllm.plugin import register
+
+    register()
+    hl_env.setattr(current_platform, "is_cuda", lambda: True)
+    hl_env.setattr(current_platform, "_enum", PlatformEnum.CUDA)
+    chosen = vllm_linear.choose_scaled_mm_linear_kernel(
+        fp8_layer_config(), vllm_linear._POSSIBLE_FP8_KERNELS, compute_capability=90
+    )
+    assert chosen is HelionFP8ScaledMMLinearKernel
+    hl_env.setattr(vllm_linear.envs, "VLLM_DISABLED_KERNELS", ["HelionFP8ScaledMMLinearKernel"])
+    chosen = vllm_linear.choose_scaled_mm_linear_kernel(
+        fp8_layer_config(), vllm_linear._POSSIBLE_FP8_KERNELS, compute_capability=90
+    )
+    assert chosen is not HelionFP8ScaledMMLinearKernel
