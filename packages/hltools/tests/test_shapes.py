@@ -48,7 +48,13 @@ def test_embedded_config_fields(name):
     assert c["head_dim"] == 128
     assert c["hidden_act"] == "silu"
     assert c["torch_dtype"] == "bfloat16"
-    for key in ("num_hidden_layers", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings"):
+    for key in (
+        "num_hidden_layers",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "tie_word_embeddings",
+    ):
         assert key in c
 
 
@@ -92,7 +98,11 @@ def test_kv_heads_replicated_when_tp_exceeds_them():
         (load_model_config("qwen3-8b"), 3, "does not divide num_attention_heads = 32"),
         (load_model_config("qwen3-14b"), 16, "does not divide num_attention_heads = 40"),
         ({**TINY, "intermediate_size": 510}, 4, "does not divide intermediate_size = 510"),
-        ({**TINY, "num_attention_heads": 6, "num_key_value_heads": 3}, 2, "does not divide num_key_value_heads = 3"),
+        (
+            {**TINY, "num_attention_heads": 6, "num_key_value_heads": 3},
+            2,
+            "does not divide num_key_value_heads = 3",
+        ),
         ({**TINY, "num_attention_heads": 12, "num_key_value_heads": 3}, 4, "neither divides the other"),
     ],
 )

@@ -132,7 +132,9 @@ def linear_shapes(config: dict[str, Any], tp: int = 1) -> list[LinearShape]:
     elif tp % kv == 0:
         kv_rank = 1  # vLLM replicates each kv head over tp / kv ranks
     else:
-        raise ValueError(f"num_key_value_heads = {kv} and tensor parallel size {tp}: neither divides the other")
+        raise ValueError(
+            f"num_key_value_heads = {kv} and tensor parallel size {tp}: neither divides the other"
+        )
     inter_rank = _shard(intermediate, tp, "intermediate_size")
     return [
         LinearShape("qkv", (q_rank + 2 * kv_rank) * head_dim, hidden),

@@ -1,0 +1,216 @@
+"""Correctness and speed of :func:`hlcore.scaled_mm.scaled_mm` on every linear shape of a model.
+
+For each linear (N, K) of :func:`hltools.shapes.linear_shapes` and each num_tokens M, with the
+kernel's default config (FP8_Dynamic: A ``[M, K]`` fp8 e4m3 + ``[M, 1]`` fp32 per-token scales,
+B ``[K, N]`` column-major fp8 e4m3 + ``[N, 1]`` fp32 per-channel scales, bf16/fp16 output):
+
+* correctness: relative Frobenius error ``||out - ref||_F / ||ref||_F`` against the fp32 dequantized
+  :func:`hlcore.scaled_mm.scaled_mm_ref` of the same quantized inputs, within
+  :func:`hlcore.testing.tolerance` (``"fp8_dynamic"``); on a GPU also against the fallback kernel
+  (vLLM's ``cutlass_scaled_mm``, else ``torch._scaled_mm``) within the same tolerance;
+* speed (GPU only): CUDA-graph replay over ``copies_for(N * K)`` distinct random weights (more bytes
+  than L2), Helion vs the fallback, and Helion's share of the HBM roofline
+  ``scaled_mm_bytes / time / copy_bandwidth``.
+
+Inputs: one :func:`hlcore.scaled_mm.generate_scaled_mm_inputs` draw per layer with
+``max(32, max(M))`` tokens (seeded); the row for M uses its first M tokens, so a repro run with
+``--num-tokens M`` sees the same data.
+
+Without a GPU (or with ``TRITON_INTERPRET=1``) the caller sets ``TRITON_INTERPRET=1`` before
+``hlcore.scaled_mm`` is imported and passes scaled-down shapes (:func:`scaled_down`); no timing.
+This module imports torch but never helion or triton at import time.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from hlcore.testing import max_abs_error, rel_error, tolerance
+
+FORMAT = "fp8_dynamic"
+MIN_TOKENS_DRAWN = 32  # activations drawn per layer, at least (see module docstring)
+MIN_SCALED_DIM = 32
+
+ScaledMM = Callable[..., torch.Tensor]
+
+
+@dataclass
+class Row:
+    """One (layer, M) result. ``n``/``k`` are the shapes run; ``model_n``/``model_k`` the model's.
+    Timing fields are None on the CPU or when that measurement failed (``note`` says why)."""
+
+    layer: str
+    n: int
+    k: int
+    model_n: int
+    model_k: int
+    m: int
+    max_abs_err: float
+    rel_err: float
+    tolerance: float
+    passed: bool
+    fallback_rel_err: float | None = None
+    helion_us: float | None = None
+    fallback_us: float | None = None
+    speedup: float | None = None
+    roofline_pct: float | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def scaled_down(dim: int, scale: int) -> int:
+    """``ceil(dim / scale)``, at least 32 (the CPU interpreter's stand-in for a model dimension)."""
+    if scale < 1:
+        raise ValueError(f"scale must be >= 1; got {scale}")
+    return max(MIN_SCALED_DIM, math.ceil(dim / scale))
+
+
+# --------------------------------------------------------------------------------------------
+# Fallback (the kernel vLLM would run): provider name + call(a, b, scale_a, scale_b, out_dtype)
+# --------------------------------------------------------------------------------------------
+def _vllm_cutlass() -> ScaledMM:
+    from vllm import _custom_ops as ops
+
+    _ = torch.ops._C.cutlass_scaled_mm  # raises when vLLM's compiled ops are missing
+
+    def call(a, b, scale_a, scale_b, out_dtype):
+        return ops.cutlass_scaled_mm(a, b, scale_a, scale_b, out_dtype, None)
+
+    return call
+
+
+def _torch_scaled_mm(a, b, scale_a, scale_b, out_dtype):
+    return torch._scaled_mm(
+        a, b, scale_a=scale_a.reshape(-1, 1), scale_b=scale_b.reshape(1, -1), out_dtype=out_dtype
+    )
+
+
+def pick_fallback() -> tuple[str, ScaledMM]:
+    """vLLM's ``cutlass_scaled_mm`` if vLLM and its compiled ops import, else ``torch._scaled_mm``
+    (row-wise scales: ``scale_a`` ``[M, 1]``, ``scale_b`` ``[1, N]``)."""
+    try:
+        return "vllm cutlass_scaled_mm", _vllm_cutlass()
+    except Exception:  # ImportError, or torch.ops._C without cutlass_scaled_mm
+        return "torch._scaled_mm", _torch_scaled_mm
+
+
+# --------------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------------
+def _random_weights(n: int, k: int, copies: int, device: torch.device, seed: int) -> list[tuple]:
+    """``copies`` independent ``N(0, 0.05)`` weights quantized per channel: ``(B [K, N] col-major,
+    scale_b [N, 1])`` each, drawn on ``device`` (never zeros)."""
+    from hlcore.quant import per_channel_fp8_quant_ref
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    out = []
+    for _ in range(copies):
+        w = torch.randn((n, k), generator=gen, device=device, dtype=torch.float32).mul_(0.05)
+        w_q, scale_b = per_channel_fp8_quant_ref(w.to(torch.bfloat16))
+        out.append((w_q.t(), scale_b))
+    return out
+
+
+def _time_rows(sm, fallback: ScaledMM, a, scale_a, weights, out_dtype, row: Row, bandwidth_gbs: float):
+    """Fill the timing fields of ``row`` (CUDA-graph replay, rotating weights)."""
+    from hltools.timing import scaled_mm_bytes, time_graph
+
+    m, n, k = row.m, row.n, row.k
+    helion_calls = [lambda b=b, s=s: sm.scaled_mm(a, b, scale_a, s, out_dtype) for b, s in weights]
+    row.helion_us = time_graph(helion_calls).median_us
+    nbytes = scaled_mm_bytes(m, n, k, out_bytes=torch.finfo(out_dtype).bits // 8)
+    row.roofline_pct = 100.0 * nbytes / (row.helion_us * 1e-6) / (bandwidth_gbs * 1e9)
+    try:
+        row.fallback_us = time_graph(
+            [lambda b=b, s=s: fallback(a, b, scale_a, s, out_dtype) for b, s in weights]
+        ).median_us
+        row.speedup = row.fallback_us / row.helion_us
+    except Exception as exc:  # the fallback may not support a shape; report, do not fail
+        row.note = f"fallback timing failed: {type(exc).__name__}: {exc}"[:200]
+
+
+def validate_layer(
+    layer: str,
+    n: int,
+    k: int,
+    num_tokens: Sequence[int],
+    out_dtype: torch.dtype,
+    *,
+    device: torch.device,
+    seed: int = 0,
+    model_nk: tuple[int, int] | None = None,
+    fallback: ScaledMM | None = None,
+    bandwidth_gbs: float | None = None,
+) -> list[Row]:
+    """Check (and on CUDA, with ``fallback`` and ``bandwidth_gbs``, time) one linear at each M.
+
+    Kernel exceptions become failing rows (``note`` holds the message); nothing is raised for a
+    wrong result. ``hlcore.scaled_mm`` is imported here, so set ``TRITON_INTERPRET`` first.
+    """
+    from hlcore import scaled_mm as sm
+    from hltools.timing import copies_for
+
+    tol = tolerance(FORMAT, out_dtype)
+    model_n, model_k = model_nk or (n, k)
+    drawn = max(MIN_TOKENS_DRAWN, *num_tokens)
+    inputs = sm.generate_scaled_mm_inputs(drawn, n, k, device=device, out_dtype=out_dtype, seed=seed)
+    b, scale_b = inputs["b"], inputs["scale_b"]
+    timed = device.type == "cuda" and fallback is not None and bandwidth_gbs is not None
+    weights = None
+    if timed:
+        weights = [(b, scale_b)] + _random_weights(n, k, copies_for(n * k) - 1, device, seed + 1)
+    rows = []
+    for m in num_tokens:
+        a, scale_a = inputs["a"][:m], inputs["scale_a"][:m]
+        row = Row(layer, n, k, model_n, model_k, m, math.nan, math.nan, tol, False)
+        try:
+            out = sm.scaled_mm(a, b, scale_a, scale_b, out_dtype)
+        except Exception as exc:
+            row.note = f"kernel raised {type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            continue
+        ref = sm.scaled_mm_ref(a, b, scale_a, scale_b, out_dtype)
+        row.max_abs_err, row.rel_err = max_abs_error(out, ref), rel_error(out, ref)
+        row.passed = row.rel_err <= tol
+        if timed:
+            try:
+                row.fallback_rel_err = rel_error(out, fallback(a, b, scale_a, scale_b, out_dtype))
+                row.passed = row.passed and row.fallback_rel_err <= tol
+            except Exception as exc:
+                row.note = f"fallback failed: {type(exc).__name__}: {exc}"[:200]
+            try:
+                _time_rows(sm, fallback, a, scale_a, weights, out_dtype, row, bandwidth_gbs)
+            except Exception as exc:
+                row.passed = False
+                row.note = f"Helion timing failed: {type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+    return rows
+
+
+def repro_command(
+    model: str,
+    tp: int,
+    out_dtype: str,
+    row: Row,
+    seed: int,
+    max_tokens: int,
+    cpu_scale: int | None,
+    helion_interpret: bool = False,
+) -> str:
+    """The ``hltools validate`` command that reruns exactly ``row`` (same inputs); ``cpu_scale`` set
+    means the row ran in an interpret mode on the CPU (Helion's if ``helion_interpret``)."""
+    tokens = str(row.m) if max_tokens <= MIN_TOKENS_DRAWN else f"{row.m},{max_tokens}"
+    parts = ["hltools", "validate", "--model", model, "--tp", str(tp), "--out-dtype", out_dtype]
+    parts += ["--layer", row.layer, "--num-tokens", tokens, "--seed", str(seed)]
+    prefix = ""
+    if cpu_scale is not None:
+        parts += ["--cpu-scale", str(cpu_scale)]
+        prefix = "HELION_INTERPRET=1 " if helion_interpret else "TRITON_INTERPRET=1 "
+    return prefix + shlex.join(parts)
