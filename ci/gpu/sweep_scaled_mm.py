@@ -1,3 +1,4 @@
+# ruff: noqa: B023, B007  (closures are called within their loop iteration)
 """GPU sweep of hand-picked scaled_mm configs on Qwen3-8B decode shapes (dev tool, one H200 call).
 
 Prints, per (N, K, M): default-config us, best sampled config us, torch._scaled_mm us, all under
@@ -8,7 +9,6 @@ import itertools
 import json
 import os
 import random
-import sys
 import time
 
 import torch
@@ -40,10 +40,22 @@ def make(m, n, k, copies):
 
 def grid():
     for bn, bk, sk, sw, ns, ix, nw in itertools.product(
-        [32, 64, 128], [128, 256], [1, 2, 4, 8, 16], [True, False], [3, 4], ["pointer", "tensor_descriptor"], [4]
+        [32, 64, 128],
+        [128, 256],
+        [1, 2, 4, 8, 16],
+        [True, False],
+        [3, 4],
+        ["pointer", "tensor_descriptor"],
+        [4],
     ):
-        yield {"block_sizes": [16, bn, bk], "split_k": sk, "swap_ab": sw, "num_stages": ns,
-               "indexing": ix, "num_warps": nw}
+        yield {
+            "block_sizes": [16, bn, bk],
+            "split_k": sk,
+            "swap_ab": sw,
+            "num_stages": ns,
+            "indexing": ix,
+            "num_warps": nw,
+        }
 
 
 ALL = list(grid())
@@ -80,13 +92,21 @@ for n, k in SHAPES:
             if us is not None and (best[0] is None or us < best[0]):
                 best = (us, cfg)
         try:
-            ts = time_graph([lambda b=b: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
-                             for b in bs], repeats=20).median_us
+            ts = time_graph(
+                [
+                    lambda b=b: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+                    for b in bs
+                ],
+                repeats=20,
+            ).median_us
         except Exception as exc:  # noqa: BLE001
             ts = None
             print("  _scaled_mm fail", str(exc)[:120])
         gb = scaled_mm_bytes(m, n, k) / 1e9
-        pct = (lambda us: None if us is None else round(100 * gb / (us * 1e-6) / bw, 1))
+
+        def pct(us):
+            return None if us is None else round(100 * gb / (us * 1e-6) / bw, 1)
+
         rows.append((n, k, m, d_us, d_err, best[0], pct(best[0]), ts, json.dumps(best[1])))
         print(rows[-1], flush=True)
 out_dir = os.environ.get("OUT", ".")
@@ -94,6 +114,9 @@ with open(os.path.join(out_dir, "sweep.json"), "w") as f:
     json.dump({"bw": bw, "rows": rows, "results": results}, f, indent=1)
 print(f"\n{'N':>6} {'K':>6} {'M':>3} {'default':>8} {'best':>8} {'%bw':>5} {'_scaled_mm':>10}  best config")
 for n, k, m, d_us, d_err, b_us, p, ts, cfg in rows:
-    f = lambda v: "-" if v is None else f"{v:.1f}"
+
+    def f(v):
+        return "-" if v is None else f"{v:.1f}"
+
     print(f"{n:6d} {k:6d} {m:3d} {f(d_us):>8} {f(b_us):>8} {f(p):>5} {f(ts):>10}  {cfg}")
 print(f"sweep took {time.time() - t0:.0f}s")

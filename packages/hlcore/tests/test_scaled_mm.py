@@ -27,7 +27,13 @@ def _out_dtype(split_k: int) -> torch.dtype:
 
 
 def _config(split_k: int, swap_ab: bool) -> dict:
-    return {"block_sizes": [16, 16, 32], "split_k": split_k, "swap_ab": swap_ab, "num_warps": 4, "num_stages": 1}
+    return {
+        "block_sizes": [16, 16, 32],
+        "split_k": split_k,
+        "swap_ab": swap_ab,
+        "num_warps": 4,
+        "num_stages": 1,
+    }
 
 
 CASES = list(itertools.product([1, 2, 4], [False, True], MS, SHAPES, [False, True]))
@@ -103,7 +109,9 @@ def test_split_k_one_is_bitwise_repeatable():
 
 
 def test_default_config_is_valid_everywhere():
-    for m, n, k in itertools.product([1, 2, 3, 8, 24, 32, 33, 64, 512], [16, 40, 4096, 24576], [32, 96, 4096, 25600]):
+    for m, n, k in itertools.product(
+        [1, 2, 3, 8, 24, 32, 33, 64, 512], [16, 40, 4096, 24576], [32, 96, 4096, 25600]
+    ):
         cfg = default_scaled_mm_config(m, n, k)
         bm, bn, bk = cfg["block_sizes"]
         sk = cfg["split_k"]

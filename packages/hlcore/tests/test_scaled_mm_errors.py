@@ -17,7 +17,9 @@ def _call(d, **over):
 
 
 def test_wrong_a_dtype(d):
-    with pytest.raises(ValueError, match=r"A must be .*float8_e4m3fn.*got shape \(3, 64\), dtype torch.bfloat16"):
+    with pytest.raises(
+        ValueError, match=r"A must be .*float8_e4m3fn.*got shape \(3, 64\), dtype torch.bfloat16"
+    ):
         _call(d, a=d["a"].to(torch.bfloat16))
 
 

@@ -39,7 +39,10 @@ def graphs_on_config():
 
 def _fp8_layer_config(n=4096, k=4096, *, weight_key=None, act_key=None, out_dtype=torch.bfloat16):
     from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearLayerConfig
-    from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8DynamicTokenSym, kFp8StaticChannelSym
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        kFp8DynamicTokenSym,
+        kFp8StaticChannelSym,
+    )
 
     return FP8ScaledMMLinearLayerConfig(
         weight_quant_key=weight_key or kFp8StaticChannelSym,

@@ -116,7 +116,9 @@ def test_fake_impl_agrees_with_real(op, m):
 def test_dispatch_survives_torch_compile(op):
     """Dynamo treats the op as opaque: one compiled graph (dynamic M) still routes per call."""
     fn, dispatch, calls = op
-    compiled = torch.compile(lambda a, b, sa, sb, bias: fn(a, b, sa, sb, torch.bfloat16, bias), backend="eager", dynamic=True)
+    compiled = torch.compile(
+        lambda a, b, sa, sb, bias: fn(a, b, sa, sb, torch.bfloat16, bias), backend="eager", dynamic=True
+    )
     for m in (40, 3, 64, 2):
         args, d = _args(m, seed=m)
         out = compiled(args[0], args[1], args[2], args[3], args[5])

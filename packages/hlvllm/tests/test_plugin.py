@@ -47,7 +47,9 @@ def test_disabled_plugin_leaves_vllm_alone(hl_env):
     hl_env.delenv("HL_LINEAR_BACKEND")
     get_settings.cache_clear()
     vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] = [
-        k for k in vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] if k is not HelionFP8ScaledMMLinearKernel
+        k
+        for k in vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA]
+        if k is not HelionFP8ScaledMMLinearKernel
     ]
     before = list(vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA])
     register()

@@ -32,7 +32,9 @@ def per_token_fp8_quant_ref(
         amax = amax.clamp(max=scale_ub.to(torch.float32))
     scale = (amax / FP8_MAX).clamp(min=FP8_MIN_SCALE)
     # inf / inf and nan stay out of the bytes: saturate infinities, keep the scale finite
-    scale = torch.where(torch.isfinite(scale), scale, torch.full_like(scale, torch.finfo(torch.float32).max / FP8_MAX))
+    scale = torch.where(
+        torch.isfinite(scale), scale, torch.full_like(scale, torch.finfo(torch.float32).max / FP8_MAX)
+    )
     q = (x32 / scale).nan_to_num(nan=0.0).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q, scale
 

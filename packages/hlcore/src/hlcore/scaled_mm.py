@@ -180,7 +180,9 @@ def check_scaled_mm_args(
         not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.numel() != n or bias.dtype != out_dtype
     ):
         got = _describe(bias) if isinstance(bias, torch.Tensor) else type(bias).__name__
-        raise ValueError(f"scaled_mm: bias must be a 1-D [N] = [{n}] tensor of out_dtype {out_dtype}; got {got}")
+        raise ValueError(
+            f"scaled_mm: bias must be a 1-D [N] = [{n}] tensor of out_dtype {out_dtype}; got {got}"
+        )
     tensors = {"A": a, "B": b, "scale_a": scale_a, "scale_b": scale_b}
     if bias is not None:
         tensors["bias"] = bias

@@ -78,7 +78,11 @@ def run(
             logger.warning(
                 "hlvllm: Helion %s kernel failed for M=%d N=%d K=%d (%s); this shape uses vLLM's "
                 "kernel from now on. Run `hltools validate` to reproduce.",
-                fmt, m, n, k, _broken[(fmt, n, k)][:300],
+                fmt,
+                m,
+                n,
+                k,
+                _broken[(fmt, n, k)][:300],
             )
             path = "fallback"
             out = fallback_fn()

@@ -37,6 +37,4 @@ def register() -> None:
     kernels = vllm_linear._POSSIBLE_FP8_KERNELS.setdefault(PlatformEnum.CUDA, [])
     if HelionFP8ScaledMMLinearKernel not in kernels:
         kernels.insert(0, HelionFP8ScaledMMLinearKernel)
-    logger.info(
-        "hlvllm: Helion linear backend registered (max_helion_size=%d)", settings.max_helion_size
-    )
+    logger.info("hlvllm: Helion linear backend registered (max_helion_size=%d)", settings.max_helion_size)
