@@ -11,6 +11,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -135,6 +136,17 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _git_commit() -> str | None:
+    """HEAD of the checkout this package runs from, if it is one (None for an installed wheel)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 @app.command()
 def validate(
     model: Annotated[
@@ -206,6 +218,7 @@ def validate(
         "versions": _versions(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(["hltools", *sys.argv[1:]]),
+        "commit": _git_commit(),
     }
     fallback = bandwidth = None
     if interpret:
@@ -231,10 +244,13 @@ def validate(
         gpu = torch.cuda.get_device_name()
         console.print(f"GPU {gpu}: measured copy bandwidth {bandwidth:.0f} GB/s; fallback: {provider}")
         metadata_.update(mode="gpu", gpu=gpu, fallback=provider, copy_bandwidth_gbs=bandwidth)
-    console.print(
-        f"model {model}, tp {tp}, out {out_dtype.value}, format {v.FORMAT}, tolerance "
-        f"{v.tolerance(v.FORMAT, dtype):.1e} (relative Frobenius vs fp32 reference)"
+    line = (
+        f"model {model}, tp {tp}, out {out_dtype.value}, format {v.FORMAT}; tolerance (relative Frobenius): "
+        f"{v.tolerance(v.FORMAT, dtype):.1e} vs the fp32 reference"
     )
+    if not interpret:
+        line += f", {v.cross_check_tolerance(dtype):.1e} vs {provider}"
+    console.print(line)
 
     rows: list[v.Row] = []
     with console.status("validating...") as status:
