@@ -129,7 +129,7 @@ def _random_weights(n: int, k: int, copies: int, device: torch.device, seed: int
     return out
 
 
-def _time_rows(sm, fallback: ScaledMM, a, scale_a, weights, out_dtype, row: Row, bandwidth_gbs: float):
+def _time_row(sm, fallback: ScaledMM, a, scale_a, weights, out_dtype, row: Row, bandwidth_gbs: float):
     """Fill the timing fields of ``row`` (CUDA-graph replay, rotating weights)."""
     from hltools.timing import scaled_mm_bytes, time_graph
 
@@ -199,7 +199,7 @@ def validate_layer(
             except Exception as exc:
                 row.note = f"fallback failed: {type(exc).__name__}: {exc}"[:200]
             try:
-                _time_rows(sm, fallback, a, scale_a, weights, out_dtype, row, bandwidth_gbs)
+                _time_row(sm, fallback, a, scale_a, weights, out_dtype, row, bandwidth_gbs)
             except Exception as exc:
                 row.passed = False
                 row.note = f"Helion timing failed: {type(exc).__name__}: {exc}"[:300]
