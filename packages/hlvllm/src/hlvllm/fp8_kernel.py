@@ -63,6 +63,9 @@ class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
             return False, "is off (set HL_LINEAR_BACKEND=helion to enable)"
         if not current_platform.is_cuda():
             return False, "requires CUDA"
+        if compute_capability is None:  # vLLM's kernel __init__ re-checks without a capability
+            cap = current_platform.get_device_capability()
+            compute_capability = None if cap is None else cap.to_int()
         if compute_capability != 90:
             return False, f"is tuned for SM90 (H100/H200) only; this GPU is SM{compute_capability}"
         ok, reason = helion_importable()

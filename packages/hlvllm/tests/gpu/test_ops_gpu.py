@@ -66,6 +66,7 @@ def test_capture_routes_to_helion_and_replay_matches(op):
         captured = fn(*args)
     torch.cuda.current_stream().wait_stream(stream)
     assert dispatch.DISPATCH_COUNTS[("helion", 8, n, k)] == 2  # warm-up + capture
+    assert {("helion", 8, n, k): 1} == dispatch.CAPTURE_COUNTS
     captured.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
