@@ -122,7 +122,7 @@ def test_cli_wrong_kernel_fails_with_repro(tiny_config, tmp_path, monkeypatch):
     repro = [ln.strip() for ln in result.output.splitlines() if "hltools validate --model" in ln]
     assert len(repro) == 8
     assert f"--model {tiny_config}" in repro[0] and "--layer qkv --num-tokens 2 " in repro[0]
-    assert "--cpu-scale 4" in repro[0]
+    assert ("--cpu-scale 4" in repro[0]) == (payload["metadata"]["mode"] != "gpu")
 
 
 def test_cli_kernel_exception_is_a_failing_row(tiny_config, tmp_path, monkeypatch):
@@ -145,8 +145,10 @@ def test_cli_layer_filter_and_fp16(tiny_config, tmp_path):
     args = ["validate", "--model", str(tiny_config), "--num-tokens", "5", "--layer", "down"]
     result = runner.invoke(app, [*args, "--out-dtype", "fp16", "--cpu-scale", "4", "--output", str(out)])
     assert result.exit_code == 0, result.output
-    rows = json.loads(out.read_text())["rows"]
-    assert [(r["layer"], r["n"], r["k"], r["m"]) for r in rows] == [("down", 64, 128, 5)]
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    n, k = TINY_SHAPES["down"][0 if payload["metadata"]["mode"] == "gpu" else 1]
+    assert [(r["layer"], r["n"], r["k"], r["m"]) for r in rows] == [("down", n, k, 5)]
     assert rows[0]["tolerance"] == 2e-3 and rows[0]["rel_err"] <= 2e-3
 
 
