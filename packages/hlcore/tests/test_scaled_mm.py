@@ -62,6 +62,78 @@ def test_scaled_mm_matches_reference(split_k, swap_ab, m, nk, with_bias):
         assert ref.abs().max() > 0  # never compare on zeros
 
 
+# The format matrix: every M of the issue, N and K not multiples of 16 or 128 (partial last scale
+# blocks), N < K and N > K, a tensor-parallel shard of Qwen3-8B's o_proj scaled down (N, K/2);
+# (split_k, swap_ab) rotate with M so every algorithm meets every format.
+FORMAT_MS = [0, 1, 2, 3, 5, 16, 17, 31, 32, 33]
+FORMAT_SHAPES = [(200, 300), (40, 136), (128, 64)]
+ALGOS = [(1, False), (2, True), (4, False), (1, True), (8, True)]
+FORMAT_CASES = [
+    (fmt, m, nk, ALGOS[i % len(ALGOS)])
+    for fmt in ("fp8_dynamic", "w8a8_int8", "block_fp8")
+    for i, (m, nk) in enumerate(itertools.product(FORMAT_MS, FORMAT_SHAPES))
+]
+
+
+@pytest.mark.parametrize(
+    "fmt,m,nk,algo",
+    FORMAT_CASES,
+    ids=[f"{f}-M{m}-N{nk[0]}K{nk[1]}-sk{a[0]}-swap{int(a[1])}" for f, m, nk, a in FORMAT_CASES],
+)
+def test_formats_match_reference(fmt, m, nk, algo):
+    if fmt == "w8a8_int8" and HELION_MODE:
+        pytest.skip("Helion's eager reference mode has no int8 matmul on the CPU (aten::mm)")
+    n, k = nk
+    split_k, swap_ab = algo
+    out_dtype = _out_dtype(split_k)
+    d = generate_scaled_mm_inputs(
+        m, n, k, fmt=fmt, device=DEVICE, out_dtype=out_dtype, with_bias=bool(m % 2), seed=m + n
+    )
+    out = scaled_mm(**d, config=_config(split_k, swap_ab))
+    ref = scaled_mm_ref(**d)
+    assert out.shape == (m, n) and out.dtype == out_dtype
+    err = rel_error(out, ref)
+    assert err <= tolerance(fmt, out_dtype), (
+        f"{fmt} M={m} N={n} K={k} split_k={split_k} swap_ab={swap_ab}: {err:.2e}"
+    )
+
+
+def test_block_fp8_column_major_activation_scales():
+    """vLLM's CUTLASS/DeepGEMM block kernels quantize with column-major scales: no copy, same result."""
+    d = generate_scaled_mm_inputs(5, 200, 300, fmt="block_fp8", device=DEVICE, seed=5)
+    col = d["scale_a"].t().contiguous().t()
+    assert col.stride() == (1, 5)
+    out = scaled_mm(d["a"], d["b"], col, d["scale_b"], block_size=(128, 128), config=_config(1, True))
+    assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("block_fp8", torch.bfloat16)
+
+
+def test_block_scales_are_applied_per_k_block():
+    """A kernel that applied one scale per row/column after the loop would miss this: scale_b varies
+    along K only."""
+    d = generate_scaled_mm_inputs(3, 128, 384, fmt="block_fp8", device=DEVICE, seed=9)
+    d["scale_b"] = torch.tensor([[1e-3, 1e-1, 1.0]], device=DEVICE)
+    out = scaled_mm(**d, config=_config(1, False))
+    ref = scaled_mm_ref(**d)
+    assert rel_error(out, ref) <= tolerance("block_fp8", torch.bfloat16)
+    flat = scaled_mm_ref(
+        d["a"], d["b"], d["scale_a"].mean(1), d["scale_b"].mean().expand(128), torch.bfloat16
+    )
+    assert rel_error(flat, ref) > 0.1  # the check above can fail
+
+
+def test_int8_rounding_ties_and_exact_accumulation():
+    if HELION_MODE:
+        pytest.skip("Helion's eager reference mode has no int8 matmul on the CPU (aten::mm)")
+    # int8 products summed over K = 2048 exceed fp32's exact integers only with fp32 accumulation
+    a = torch.full((2, 2048), 127, dtype=torch.int8, device=DEVICE)
+    a[1, ::2] = -128
+    b = torch.full((2048, 16), 127, dtype=torch.int8, device=DEVICE).t().contiguous().t()
+    one = torch.ones(2, 1, device=DEVICE)
+    out = scaled_mm(a, b, one, torch.ones(16, 1, device=DEVICE), torch.float32, config=_config(1, True))
+    exact = (a.double() @ b.double()).float()
+    assert torch.equal(out, exact)
+
+
 def test_default_config_matches_reference():
     for m, n, k in [(1, 48, 256), (5, 80, 1024), (33, 64, 128)]:
         d = generate_scaled_mm_inputs(m, n, k, device=DEVICE, out_dtype=torch.float16, with_bias=True, seed=m)

@@ -1,11 +1,18 @@
-"""Unified scaled GEMM for decode-size quantized linear layers.
+"""Unified scaled GEMM for decode-size quantized linear layers, three formats in one kernel body.
 
-    out[M, N] = scale_a[M] * scale_b[N] * (A[M, K] @ B[K, N]) (+ bias[N])
+    out[M, N] = sum_k scale_a[m, k // g] * scale_b[n // g, k // g] * A[m, k] * B[k, n]  (+ bias[n])
 
-FP8_Dynamic semantics follow vLLM's ``cutlass_scaled_mm`` as used by
-``CutlassFP8ScaledMMLinearKernel`` (compressed-tensors FP8_DYNAMIC): A is fp8 e4m3 with a dynamic
-per-token scale, B is the fp8 e4m3 weight with a per-output-channel scale, accumulation is fp32,
-the scales and the bias are applied once in the epilogue, the output is bf16 or fp16.
+| format | A [M, K] | B [K, N] | scale_a | scale_b | g | semantics of |
+| --- | --- | --- | --- | --- | --- | --- |
+| ``fp8_dynamic`` | fp8 e4m3, per token | fp8 e4m3 | [M, 1] | [N, 1] | K (one group) | vLLM ``cutlass_scaled_mm`` (compressed-tensors FP8_DYNAMIC) |
+| ``w8a8_int8`` | int8, per token (symmetric) | int8 | [M, 1] | [N, 1] | K | vLLM ``cutlass_scaled_mm`` (compressed-tensors W8A8 int8) |
+| ``block_fp8`` | fp8 e4m3, 1x128 groups | fp8 e4m3 | [M, ceil(K/128)] | [ceil(N/128), ceil(K/128)] | 128 | vLLM ``w8a8_triton_block_scaled_mm`` / DeepGEMM ``fp8_gemm_nt`` (DeepSeek-V3 block scaling) |
+
+Per-token/per-channel formats accumulate the whole K chunk (fp32 for fp8, exact int32 for int8) and
+scale once in the epilogue; ``block_fp8`` scales each 128-wide K tile's fp32 partial product inside
+the K loop (the 128x128 weight blocks and 1x128 activation groups), as DeepGEMM does.
+The format differences are three named pieces: the accumulator dtype (``int32`` for int8), the
+group size ``group_k`` (0 = one group per row/column) and which epilogue applies the scales.
 
 One Helion kernel body holds every algorithm variant as tunables:
 
@@ -41,29 +48,36 @@ from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
 FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-INPUT_DTYPES = (FP8_DTYPE,)
+INPUT_DTYPES = (FP8_DTYPE, torch.int8)
+BLOCK_SIZE = (128, 128)  # (N, K) weight block of block_fp8, as vLLM's weight_block_size
+FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 
 
 # --------------------------------------------------------------------------------------------
 # Helion kernel
 # --------------------------------------------------------------------------------------------
 def _scaled_mm_body(
-    a: torch.Tensor,  # [M, K] fp8, K contiguous
-    b_t: torch.Tensor,  # [N, K] fp8, K contiguous (= B.t() of the [K, N] column-major weight)
-    scale_a: torch.Tensor,  # [M] fp32
-    scale_b: torch.Tensor,  # [N] fp32
+    a: torch.Tensor,  # [M, K] fp8 or int8, K contiguous
+    b_t: torch.Tensor,  # [N, K] same dtype, K contiguous (= B.t() of the [K, N] column-major weight)
+    scale_a: torch.Tensor,  # fp32 [M, 1] (per token) or [M, ceil(K/g)] (group_k = g), any strides
+    scale_b: torch.Tensor,  # fp32 [N, 1] (per channel) or [ceil(N/g), ceil(K/g)] (group_k = g)
     bias: torch.Tensor | None,  # [N] out dtype
     out_dtype: torch.dtype,  # bf16/fp16/fp32
+    group_k: int,  # 0: per-token x per-channel scales; g (128): 1 x g / g x g block scales
 ) -> torch.Tensor:
     m = a.size(0)
     k = hl.specialize(a.size(1))
     n = hl.specialize(b_t.size(0))
+    group_k = hl.specialize(group_k)
     # Allocated here (not passed in) so its rows share A's symbolic M: Helion 1.5.0 mis-broadcasts
     # a separately passed [1, N] output when M is dynamic and equals 1.
     out = torch.empty([m, n], dtype=out_dtype, device=a.device)
     split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
     swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
-    k_chunk = helion.next_power_of_2(helion.cdiv(k, split_k))
+    acc_dtype = torch.int32 if a.dtype == torch.int8 else torch.float32
+    # Both branches below are traced, so the group arithmetic must not divide by zero when g = 0.
+    kg = max(group_k, 1)
+    k_chunk = helion.next_power_of_2(helion.cdiv(helion.cdiv(k, kg), split_k)) * kg  # whole groups
     if split_k > 1:
         # The split-K programs add into `out`; it starts as the bias (or zero).
         if bias is not None:
@@ -71,22 +85,40 @@ def _scaled_mm_body(
         else:
             out.zero_()
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
-        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
-        acc_t = hl.zeros([tile_n, tile_m], dtype=torch.float32)
-        for tile_k in hl.tile(outer_k.begin, outer_k.end):
+        if group_k == 0:  # one scale per row of A and per column of B: scale once, at the end
+            acc = hl.zeros([tile_m, tile_n], dtype=acc_dtype)
+            acc_t = hl.zeros([tile_n, tile_m], dtype=acc_dtype)
+            for tile_k in hl.tile(outer_k.begin, outer_k.end):
+                # `acc = acc + dot` (not `acc=`): fp32-promoted fp8 accumulation on sm90
+                if swap_ab:
+                    acc_t = acc_t + hl.dot(b_t[tile_n, tile_k], a[tile_m, tile_k].t(), out_dtype=acc_dtype)
+                else:
+                    acc = acc + hl.dot(a[tile_m, tile_k], b_t[tile_n, tile_k].t(), out_dtype=acc_dtype)
             if swap_ab:
-                acc_t = acc_t + hl.dot(b_t[tile_n, tile_k], a[tile_m, tile_k].t(), out_dtype=torch.float32)
-            else:
-                acc = acc + hl.dot(a[tile_m, tile_k], b_t[tile_n, tile_k].t(), out_dtype=torch.float32)
-        if swap_ab:
-            acc = acc_t.t()
-        acc = acc * scale_a[tile_m][:, None] * scale_b[tile_n][None, :]
+                acc = acc_t.t()
+            res = acc.to(torch.float32) * scale_a[tile_m, 0][:, None] * scale_b[tile_n, 0][None, :]
+        else:  # block scales: scale every g-wide K tile's partial product inside the loop
+            res = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+            res_t = hl.zeros([tile_n, tile_m], dtype=torch.float32)
+            for tile_kb in hl.tile(outer_k.begin, outer_k.end, block_size=kg):
+                kb = tile_kb.begin // kg
+                if swap_ab:
+                    part_t = hl.dot(b_t[tile_n, tile_kb], a[tile_m, tile_kb].t(), out_dtype=torch.float32)
+                    res_t = (
+                        res_t
+                        + part_t * scale_b[tile_n.index // kg, kb][:, None] * scale_a[tile_m, kb][None, :]
+                    )
+                else:
+                    part = hl.dot(a[tile_m, tile_kb], b_t[tile_n, tile_kb].t(), out_dtype=torch.float32)
+                    res = res + part * scale_a[tile_m, kb][:, None] * scale_b[tile_n.index // kg, kb][None, :]
+            if swap_ab:
+                res = res_t.t()
         if split_k == 1:
             if bias is not None:
-                acc = acc + bias[tile_n][None, :].to(torch.float32)
-            out[tile_m, tile_n] = acc.to(out.dtype)
+                res = res + bias[tile_n][None, :].to(torch.float32)
+            out[tile_m, tile_n] = res.to(out.dtype)
         else:
-            hl.atomic_add(out, [tile_m, tile_n], acc.to(out.dtype))
+            hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
     return out
 
 
@@ -119,13 +151,28 @@ def scaled_mm_ref(
     scale_b: torch.Tensor,
     out_dtype: torch.dtype = torch.bfloat16,
     bias: torch.Tensor | None = None,
+    *,
+    block_size: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """fp32 dequantized reference: ``(scale_a * A) @ (B * scale_b) + bias`` computed in fp32 on the
-    tensors' device, rounded once to ``out_dtype``. Shapes as in :func:`scaled_mm`."""
-    m, n = a.shape[0], b.shape[1]
-    a32 = a.to(torch.float32) * scale_a.reshape(m, 1).to(torch.float32) if m else a.to(torch.float32)
-    b32 = b.to(torch.float32) * scale_b.reshape(1, n).to(torch.float32)
-    out = a32 @ b32
+    """Dequantized reference: ``(A * scale_a) @ (B * scale_b) + bias`` in fp32 on the tensors'
+    device (int8 products summed exactly in float64 first, then scaled), rounded once to
+    ``out_dtype``. Shapes and ``block_size`` as in :func:`scaled_mm`."""
+    m, k = a.shape
+    n = b.shape[1]
+    if block_size is None:
+        sa = scale_a.reshape(m, 1).to(torch.float32)
+        sb = scale_b.reshape(1, n).to(torch.float32)
+        if a.dtype == torch.int8:  # exact integer dot products (|sum| < 2^53), then scale
+            out = (a.double() @ b.double()).to(torch.float32) * sa * sb
+        else:
+            out = (a.to(torch.float32) * sa) @ (b.to(torch.float32) * sb)
+    else:
+        bn, bk = block_size
+        sa = scale_a.to(torch.float32).repeat_interleave(bk, dim=1)[:, :k]  # [M, K]
+        sb = (
+            scale_b.to(torch.float32).repeat_interleave(bn, dim=0).repeat_interleave(bk, dim=1)[:n, :k]
+        )  # [N, K]
+        out = (a.to(torch.float32) * sa) @ (b.to(torch.float32) * sb.t())
     if bias is not None:
         out = out + bias.to(torch.float32)
     return out.to(out_dtype)
@@ -134,8 +181,17 @@ def scaled_mm_ref(
 # --------------------------------------------------------------------------------------------
 # Host wrapper
 # --------------------------------------------------------------------------------------------
-def _describe(t: torch.Tensor) -> str:
+def _describe(t: object) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
     return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
+
+
+def scaled_mm_format(a: torch.Tensor, block_size: tuple[int, int] | None) -> str:
+    """``"fp8_dynamic"``, ``"w8a8_int8"`` or ``"block_fp8"`` for these inputs."""
+    if block_size is not None:
+        return "block_fp8"
+    return "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic"
 
 
 def check_scaled_mm_args(
@@ -145,14 +201,18 @@ def check_scaled_mm_args(
     scale_b: torch.Tensor,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None,
-) -> None:
-    """Raise ``ValueError`` naming the offending tensor, what it is and what is supported."""
+    block_size: tuple[int, int] | None = None,
+) -> str:
+    """Raise ``ValueError`` naming the offending tensor, what it is and what is supported; return
+    the format (see :func:`scaled_mm_format`)."""
     if not isinstance(a, torch.Tensor) or a.dim() != 2 or a.dtype not in INPUT_DTYPES:
-        got = _describe(a) if isinstance(a, torch.Tensor) else type(a).__name__
-        raise ValueError(f"scaled_mm: A must be a 2-D [M, K] tensor of dtype {FP8_DTYPE}; got {got}")
+        raise ValueError(
+            f"scaled_mm: A must be a 2-D [M, K] tensor of dtype {FP8_DTYPE} or torch.int8; got {_describe(a)}"
+        )
     if not isinstance(b, torch.Tensor) or b.dim() != 2 or b.dtype != a.dtype:
-        got = _describe(b) if isinstance(b, torch.Tensor) else type(b).__name__
-        raise ValueError(f"scaled_mm: B must be a 2-D [K, N] tensor of A's dtype {a.dtype}; got {got}")
+        raise ValueError(
+            f"scaled_mm: B must be a 2-D [K, N] tensor of A's dtype {a.dtype}; got {_describe(b)}"
+        )
     m, k = a.shape
     if b.shape[0] != k:
         raise ValueError(f"scaled_mm: B must be [K, N] with K = {k} (A's K); got B {_describe(b)}")
@@ -164,24 +224,42 @@ def check_scaled_mm_args(
         )
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"scaled_mm: out_dtype must be one of {OUT_DTYPES}; got {out_dtype}")
-    if not isinstance(scale_a, torch.Tensor) or scale_a.dtype != torch.float32 or scale_a.numel() != m:
-        got = _describe(scale_a) if isinstance(scale_a, torch.Tensor) else type(scale_a).__name__
-        raise ValueError(
-            f"scaled_mm: scale_a must be a per-token float32 tensor of M = {m} elements ([M, 1] or [M]); "
-            f"got {got}"
-        )
-    if not isinstance(scale_b, torch.Tensor) or scale_b.dtype != torch.float32 or scale_b.numel() != n:
-        got = _describe(scale_b) if isinstance(scale_b, torch.Tensor) else type(scale_b).__name__
-        raise ValueError(
-            f"scaled_mm: scale_b must be a per-channel float32 tensor of N = {n} elements "
-            f"([N, 1], [1, N] or [N]); got {got}"
-        )
+    fmt = scaled_mm_format(a, block_size)
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            raise ValueError(f"scaled_mm: {name} must be a float32 tensor; got {_describe(t)}")
+    if fmt == "block_fp8":
+        if tuple(block_size) != BLOCK_SIZE:
+            raise ValueError(f"scaled_mm: block_size must be {BLOCK_SIZE} (or None); got {block_size}")
+        if a.dtype != FP8_DTYPE:
+            raise ValueError(f"scaled_mm: block scales need fp8 A and B ({FP8_DTYPE}); got A {_describe(a)}")
+        gk, gn = -(-k // BLOCK_SIZE[1]), -(-n // BLOCK_SIZE[0])
+        if tuple(scale_a.shape) != (m, gk):
+            raise ValueError(
+                f"scaled_mm: scale_a must be [M, ceil(K/128)] = [{m}, {gk}] (1x128 activation groups, "
+                f"row- or column-major); got {_describe(scale_a)}"
+            )
+        if tuple(scale_b.shape) != (gn, gk):
+            raise ValueError(
+                f"scaled_mm: scale_b must be [ceil(N/128), ceil(K/128)] = [{gn}, {gk}] (128x128 weight blocks); "
+                f"got {_describe(scale_b)}"
+            )
+    else:
+        if scale_a.numel() != m:
+            raise ValueError(
+                f"scaled_mm: scale_a must be a per-token tensor of M = {m} elements ([M, 1] or [M]); "
+                f"got {_describe(scale_a)}"
+            )
+        if scale_b.numel() != n:
+            raise ValueError(
+                f"scaled_mm: scale_b must be a per-channel tensor of N = {n} elements ([N, 1], [1, N] or [N]); "
+                f"got {_describe(scale_b)}"
+            )
     if bias is not None and (
         not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.numel() != n or bias.dtype != out_dtype
     ):
-        got = _describe(bias) if isinstance(bias, torch.Tensor) else type(bias).__name__
         raise ValueError(
-            f"scaled_mm: bias must be a 1-D [N] = [{n}] tensor of out_dtype {out_dtype}; got {got}"
+            f"scaled_mm: bias must be a 1-D [N] = [{n}] tensor of out_dtype {out_dtype}; got {_describe(bias)}"
         )
     tensors = {"A": a, "B": b, "scale_a": scale_a, "scale_b": scale_b}
     if bias is not None:
@@ -189,6 +267,7 @@ def check_scaled_mm_args(
     devices = {name: t.device for name, t in tensors.items()}
     if len(set(devices.values())) != 1:
         raise ValueError(f"scaled_mm: all tensors must be on one device; got {devices}")
+    return fmt
 
 
 def _as_config_json(config: Any) -> str:
@@ -210,32 +289,40 @@ def scaled_mm(
     out_dtype: torch.dtype = torch.bfloat16,
     bias: torch.Tensor | None = None,
     *,
+    block_size: tuple[int, int] | None = None,
     config: Any = None,
 ) -> torch.Tensor:
-    """Scaled fp8 GEMM ``out = scale_a[M, 1] * scale_b[1, N] * (A @ B) (+ bias)``, Helion kernel.
+    """Scaled GEMM ``out = dequant(A) @ dequant(B) (+ bias)`` with the unified Helion kernel.
 
     Args:
-        a: ``[M, K]`` float8_e4m3fn activations, quantized per token; any row stride, K contiguous
-            (a K-strided A is made contiguous first, as ``F.linear`` would read it).
-        b: ``[K, N]`` float8_e4m3fn weight, column-major (the ``weight.t()`` view of a row-major
-            ``[N, K]`` tensor that vLLM's FP8 linear layers hold; never copied).
-        scale_a: float32 per-token scales, ``[M, 1]`` or ``[M]`` (dequantized A = A * scale_a).
-        scale_b: float32 per-output-channel scales, ``[N, 1]``, ``[1, N]`` or ``[N]``.
+        a: ``[M, K]`` activations: float8_e4m3fn (fp8_dynamic, block_fp8) or int8 (w8a8_int8,
+            symmetric); any row stride, K contiguous (a K-strided A is copied first, as ``F.linear``
+            would read it).
+        b: ``[K, N]`` weight of A's dtype, column-major: the ``weight.t()`` view of a row-major
+            ``[N, K]`` tensor (what vLLM's CUTLASS kernels hold, and ``weight.t()`` of its block-FP8
+            weight); never copied.
+        scale_a: float32. Per token ``[M, 1]`` or ``[M]``; with ``block_size``: ``[M, ceil(K/128)]``
+            1x128 group scales, row- or column-major (vLLM's ``per_token_group_fp8_quant`` layouts).
+        scale_b: float32. Per output channel ``[N, 1]``, ``[1, N]`` or ``[N]``; with ``block_size``:
+            ``[ceil(N/128), ceil(K/128)]`` 128x128 block scales (vLLM's ``weight_scale_inv``).
         out_dtype: bfloat16 (default), float16 or float32.
         bias: optional ``[N]`` tensor of ``out_dtype``, added after scaling.
-        config: a ``helion.Config`` (or its dict / JSON) with ``block_sizes``, ``split_k``,
-            ``swap_ab`` and Triton knobs; default: :func:`hlcore.scaled_mm_config.default_scaled_mm_config`.
+        block_size: ``(128, 128)`` for Block_FP8 (vLLM's ``weight_block_size``), else None.
+        config: a ``helion.Config`` (or its dict / JSON) with ``block_sizes = [block_m, block_n,
+            block_k]`` (block_k is fixed to 128 for block_fp8), ``split_k``, ``swap_ab`` and Triton
+            knobs; default :func:`hlcore.scaled_mm_config.default_scaled_mm_config`.
 
     Returns:
         ``[M, N]`` tensor of ``out_dtype``; M = 0 returns an empty ``[0, N]`` without a launch.
 
     Raises:
-        ValueError: a tensor has the wrong dtype, rank, shape, layout or device (the message names it).
+        ValueError: a tensor has the wrong dtype, rank, shape, layout or device, or ``block_size`` is
+            not (128, 128) (the message names the tensor and what is supported).
 
     Determinism: bitwise repeatable for ``split_k == 1``; with ``split_k > 1`` the order of the
     atomic adds varies (within the tolerance of ``split_k`` output roundings).
     """
-    check_scaled_mm_args(a, b, scale_a, scale_b, out_dtype, bias)
+    fmt = check_scaled_mm_args(a, b, scale_a, scale_b, out_dtype, bias, block_size)
     m, k = a.shape
     n = b.shape[1]
     if m == 0:
@@ -247,7 +334,9 @@ def scaled_mm(
 
         config = default_scaled_mm_config(m, n, k)
     kernel = _kernel_for(_as_config_json(config))
-    return kernel(a, b.t(), scale_a.reshape(m), scale_b.reshape(n), bias, out_dtype)
+    if fmt == "block_fp8":
+        return kernel(a, b.t(), scale_a, scale_b, bias, out_dtype, BLOCK_SIZE[1])
+    return kernel(a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, out_dtype, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,24 +347,37 @@ def generate_scaled_mm_inputs(
     n: int,
     k: int,
     *,
+    fmt: str = "fp8_dynamic",
     device: str | torch.device = "cpu",
     out_dtype: torch.dtype = torch.bfloat16,
     with_bias: bool = False,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Random, non-zero FP8_Dynamic inputs as a vLLM layer sees them.
+    """Random, non-zero inputs of format ``fmt`` as a vLLM layer sees them.
 
-    Activations ``x ~ N(0, 1)`` (bf16) are quantized per token with :func:`per_token_fp8_quant_ref`;
-    the weight ``W ~ N(0, 0.05)`` ``[N, K]`` is quantized per output channel and handed over as the
-    column-major ``[K, N]`` view. Returns ``dict(a, b, scale_a, scale_b, out_dtype, bias)``.
+    Activations ``x ~ N(0, 1)`` and a weight ``W ~ N(0, 0.05)`` ``[N, K]`` (bf16) are quantized with
+    the :mod:`hlcore.quant` references: per token + per channel (fp8 or int8), or 1x128 groups +
+    128x128 blocks (block_fp8); the weight is handed over as the column-major ``[K, N]`` view.
+    Returns ``dict(a, b, scale_a, scale_b, out_dtype, bias, block_size)`` (``scaled_mm(**d)``).
     """
-    from hlcore.quant import per_channel_fp8_quant_ref, per_token_fp8_quant_ref
+    from hlcore import quant
 
+    if fmt not in FORMATS:
+        raise ValueError(f"generate_scaled_mm_inputs: fmt must be one of {FORMATS}; got {fmt!r}")
     gen = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn((m, k), generator=gen, dtype=torch.float32).to(torch.bfloat16)
     w = (torch.randn((n, k), generator=gen, dtype=torch.float32) * 0.05).to(torch.bfloat16)
-    a, scale_a = per_token_fp8_quant_ref(x)
-    w_q, scale_b = per_channel_fp8_quant_ref(w)
+    block_size = None
+    if fmt == "fp8_dynamic":
+        a, scale_a = quant.per_token_fp8_quant_ref(x)
+        w_q, scale_b = quant.per_channel_fp8_quant_ref(w)
+    elif fmt == "w8a8_int8":
+        a, scale_a = quant.per_token_int8_quant_ref(x)
+        w_q, scale_b = quant.per_token_int8_quant_ref(w)
+    else:
+        block_size = BLOCK_SIZE
+        a, scale_a = quant.per_token_group_fp8_quant_ref(x, BLOCK_SIZE[1])
+        w_q, scale_b = quant.per_block_fp8_quant_ref(w, BLOCK_SIZE)
     bias = (torch.randn((n,), generator=gen) * 0.5).to(out_dtype) if with_bias else None
     dev = torch.device(device)
     return {
@@ -285,4 +387,5 @@ def generate_scaled_mm_inputs(
         "scale_b": scale_b.to(dev),
         "out_dtype": out_dtype,
         "bias": None if bias is None else bias.to(dev),
+        "block_size": block_size,
     }
