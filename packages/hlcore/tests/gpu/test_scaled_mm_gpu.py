@@ -81,3 +81,22 @@ def test_cuda_graph_replay_equals_eager(split_k):
     torch.cuda.synchronize()
     ref2 = scaled_mm_ref(d2["a"], d["b"], d["scale_a"], d["scale_b"], torch.bfloat16, d["bias"])
     assert rel_error(captured, ref2) <= TOL
+
+
+# Qwen3-8B shapes and a TP=2 shard of Qwen3-32B's o/down projections
+FORMAT_SHAPES = [(6144, 4096), (4096, 12288), (5120, 4096), (5120, 12800)]
+
+
+@pytest.mark.parametrize("fmt", ["w8a8_int8", "block_fp8"])
+@pytest.mark.parametrize("nk", FORMAT_SHAPES, ids=[f"N{n}K{k}" for n, k in FORMAT_SHAPES])
+def test_other_formats_on_real_shapes(fmt, nk):
+    n, k = nk
+    for m in (1, 4, 17, 32):
+        d = generate_scaled_mm_inputs(m, n, k, fmt=fmt, device="cuda", with_bias=(m % 2 == 1), seed=m)
+        out = scaled_mm(**d)
+        err = rel_error(out, scaled_mm_ref(**d))
+        assert err <= tolerance(fmt, torch.bfloat16), (fmt, m, n, k, err)
+        for algo in ({"split_k": 4, "swap_ab": False}, {"split_k": 1, "swap_ab": True}):
+            cfg = {"block_sizes": [16, 64, 128], "num_warps": 4, "num_stages": 3, **algo}
+            err = rel_error(scaled_mm(**d, config=cfg), scaled_mm_ref(**d))
+            assert err <= tolerance(fmt, torch.bfloat16), (fmt, m, n, k, algo, err)
