@@ -64,7 +64,12 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def gpu_tests(session: nox.Session) -> None:
     """GPU tests (marker ``gpu``): compiled kernels vs the fp32 reference, torch._scaled_mm and, where
-    vLLM imports, its cutlass_scaled_mm; CUDA-graph replay equals eager."""
+    vLLM imports, its cutlass_scaled_mm; CUDA-graph replay equals eager. Fails without a CUDA GPU
+    (rather than passing with every test skipped)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        session.error("gpu_tests needs a CUDA GPU; none is visible here (use `nox -s tests` on a CPU)")
     session.run(
         "python",
         "-m",

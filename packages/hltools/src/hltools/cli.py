@@ -152,7 +152,8 @@ def validate(
     model: Annotated[
         str,
         typer.Option(
-            help="Embedded model name (see --list-models), HF id, or path to a config.json / its dir."
+            help="Embedded model name (see --list-models; an HF id whose last part names one, e.g. "
+            "Qwen/Qwen3-8B, also matches; nothing is downloaded), or a path to a config.json or its folder."
         ),
     ] = "qwen3-8b",
     num_tokens: Annotated[
@@ -189,14 +190,22 @@ def validate(
         return
     try:
         config = load_model_config(model)
-        shapes = linear_shapes(config, tp=tp)
     except (ValueError, FileNotFoundError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="--model/--tp") from None
-    tokens = _parse_tokens(num_tokens)
+        raise typer.BadParameter(str(exc), param_hint="--model") from None
+    try:
+        shapes = linear_shapes(config, tp=tp)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tp") from None
+    try:
+        tokens = _parse_tokens(num_tokens)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(exc.message, param_hint="--num-tokens") from None
     if layer:
         unknown = sorted(set(layer) - {s.name for s in shapes})
         if unknown:
-            raise typer.BadParameter(f"unknown layer(s) {unknown}; choose from {[s.name for s in shapes]}")
+            raise typer.BadParameter(
+                f"unknown layer(s) {unknown}; choose from {[s.name for s in shapes]}", param_hint="--layer"
+            )
         shapes = [s for s in shapes if s.name in layer]
 
     import torch  # here, not at module level: keeps --help fast
