@@ -69,7 +69,7 @@ from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
 cuda_kernels = vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA]
 assert cuda_kernels[0] is HelionFP8ScaledMMLinearKernel, cuda_kernels
 assert cuda_kernels.count(HelionFP8ScaledMMLinearKernel) == 1
-assert hasattr(torch.ops.hlvllm, "fp8_scaled_mm")
+assert hasattr(torch.ops.hlvllm, "scaled_mm")
 
 import hlcore
 from hlcore.configs import config_dir, list_config_files

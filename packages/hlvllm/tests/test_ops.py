@@ -1,4 +1,4 @@
-"""torch.ops.hlvllm.fp8_scaled_mm: size dispatch inside the op, fake vs real, torch.compile."""
+"""torch.ops.hlvllm.scaled_mm: size dispatch inside the op, fake vs real, torch.compile."""
 
 import pytest
 import torch
@@ -21,8 +21,8 @@ def op(hl_env):
         calls.append(a.shape[0])
         return scaled_mm_ref(a, b, scale_a, scale_b, out_dtype, bias)
 
-    hl_env.setattr(ops, "_fallback_fp8_scaled_mm", fake_cutlass)
-    return torch.ops.hlvllm.fp8_scaled_mm, dispatch, calls
+    hl_env.setattr(ops, "_fallback_scaled_mm", fake_cutlass)
+    return torch.ops.hlvllm.scaled_mm, dispatch, calls
 
 
 def _args(m, n=48, k=96, seed=0, with_bias=True):
@@ -82,7 +82,7 @@ def test_helion_failure_falls_back_with_warning(op, hl_env, caplog):
     def broken(*_a):
         raise RuntimeError("no config compiles")
 
-    hl_env.setattr(ops, "_helion_fp8_scaled_mm", broken)
+    hl_env.setattr(ops, "_helion_scaled_mm", broken)
     args, d = _args(4)
     with caplog.at_level("WARNING", logger="vllm.hlvllm"):
         out = fn(*args)

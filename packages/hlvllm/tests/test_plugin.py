@@ -32,7 +32,7 @@ def test_register_is_idempotent_and_puts_kernel_first(hl_env):
     assert kernels[0] is HelionFP8ScaledMMLinearKernel
     assert kernels.count(HelionFP8ScaledMMLinearKernel) == 1
     assert kernels[1:] == [k for k in before if k is not HelionFP8ScaledMMLinearKernel]
-    assert hasattr(torch.ops.hlvllm, "fp8_scaled_mm")
+    assert hasattr(torch.ops.hlvllm, "scaled_mm")
     assert not torch.cuda.is_initialized()
 
 
@@ -61,7 +61,7 @@ def test_disabled_plugin_leaves_vllm_alone(hl_env):
 def test_is_supported_reasons(hl_env):
     from vllm.platforms import current_platform
 
-    import hlvllm.fp8_kernel as fk
+    import hlvllm.support as fk
     from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel as K
 
     ok, reason = K.is_supported(90)  # this machine has no CUDA

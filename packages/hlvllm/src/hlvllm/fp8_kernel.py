@@ -4,14 +4,12 @@
 loading, ``process_weights_after_loading`` and the layout (``layer.weight``: the ``[K, N]``
 column-major fp8 view; ``weight_scale`` fp32 ``[N, 1]``) are exactly CUTLASS's, and activation
 quantization is vLLM's ``QuantFP8`` (dynamic per token). Only the GEMM call changes: it goes
-through ``torch.ops.hlvllm.fp8_scaled_mm``, whose body picks Helion (num_tokens <=
+through ``torch.ops.hlvllm.scaled_mm``, whose body picks Helion (num_tokens <=
 max_helion_size, under CUDA-graph capture) or ``cutlass_scaled_mm``.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import logging
 
 import torch
@@ -21,35 +19,13 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (
     kFp8DynamicTokenSym,
     kFp8StaticChannelSym,
 )
-from vllm.platforms import current_platform
 
 from hlvllm import dispatch
-from hlvllm.settings import get_settings
+from hlvllm.support import cudagraph_capture_limit, helion_supported
 
 logger = logging.getLogger("vllm.hlvllm")
 
 SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
-
-
-@functools.cache
-def helion_importable() -> tuple[bool, str | None]:
-    """Whether helion (and so hlcore's kernels) can be imported here, without importing it."""
-    if importlib.util.find_spec("helion") is None:
-        return False, "helion is not installed (pip install helion==1.5.0)"
-    return True, None
-
-
-def cudagraph_capture_limit() -> tuple[int, str | None]:
-    """The largest CUDA-graph capture size of the current vLLM config, or 0 and a reason."""
-    from vllm.config import CUDAGraphMode, get_current_vllm_config
-
-    cfg = get_current_vllm_config().compilation_config
-    if cfg.cudagraph_mode is None or cfg.cudagraph_mode == CUDAGraphMode.NONE:
-        return 0, "CUDA graphs are off (enforce_eager or cudagraph_mode=NONE); Helion only pays under graphs"
-    size = cfg.max_cudagraph_capture_size or 0
-    if size <= 0:
-        return 0, "max_cudagraph_capture_size is 0"
-    return size, None
 
 
 class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
@@ -59,19 +35,7 @@ class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
 
     @classmethod
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-        if not get_settings().enabled:
-            return False, "is off (set HL_LINEAR_BACKEND=helion to enable)"
-        if not current_platform.is_cuda():
-            return False, "requires CUDA"
-        if compute_capability is None:  # vLLM's kernel __init__ re-checks without a capability
-            cap = current_platform.get_device_capability()
-            compute_capability = None if cap is None else cap.to_int()
-        if compute_capability != 90:
-            return False, f"is tuned for SM90 (H100/H200) only; this GPU is SM{compute_capability}"
-        ok, reason = helion_importable()
-        if not ok:
-            return False, reason
-        return True, None
+        return helion_supported(compute_capability)
 
     @classmethod
     def can_implement(cls, c: FP8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
@@ -117,5 +81,5 @@ class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
             return super().apply_scaled_mm(
                 A=A, B=B, out_dtype=out_dtype, As=As, Bs=Bs, bias=bias, output_shape=output_shape
             )
-        out = torch.ops.hlvllm.fp8_scaled_mm(A, B, As, Bs, out_dtype, bias)
+        out = torch.ops.hlvllm.scaled_mm(A, B, As, Bs, out_dtype, bias)
         return out.view(*output_shape)

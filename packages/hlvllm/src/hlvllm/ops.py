@@ -1,10 +1,11 @@
 """Registered torch custom ops (library ``hlvllm``) with fake implementations.
 
-``torch.ops.hlvllm.fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias) -> out``
-    out[M, N] = scale_a[M, 1] * scale_b[N] * (a[M, K] @ b[K, N]) (+ bias[N]); a, b float8_e4m3fn,
-    b the column-major [K, N] weight view, scale_a fp32 [M, 1], scale_b fp32 [N, 1] or [N],
-    bias [N] of out_dtype or None, out [M, N] of out_dtype (bf16/fp16). Semantics of vLLM's
-    ``cutlass_scaled_mm``; the op body dispatches (see :mod:`hlvllm.dispatch`).
+``torch.ops.hlvllm.scaled_mm(a, b, scale_a, scale_b, out_dtype, bias) -> out``
+    out[M, N] = scale_a[M, 1] * scale_b[N] * (a[M, K] @ b[K, N]) (+ bias[N]); a, b both
+    float8_e4m3fn (FP8_Dynamic) or both int8 (W8A8_INT8, symmetric), b the column-major [K, N]
+    weight view, scale_a fp32 [M, 1], scale_b fp32 [N, 1] or [N], bias [N] of out_dtype or None,
+    out [M, N] of out_dtype (bf16/fp16). Semantics of vLLM's ``cutlass_scaled_mm``; the op body
+    dispatches (see :mod:`hlvllm.dispatch`).
 
 Registering is done by :func:`register_ops` (called by ``hlvllm.register()``), never at import.
 """
@@ -18,19 +19,19 @@ from hlvllm import dispatch
 _lib: torch.library.Library | None = None
 
 
-def _fallback_fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias):
+def _fallback_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias):
     from vllm import _custom_ops as vllm_ops
 
     return vllm_ops.cutlass_scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, bias=bias)
 
 
-def _helion_fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias):
+def _helion_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias):
     from hlcore.scaled_mm import scaled_mm
 
     return scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
 
 
-def fp8_scaled_mm_impl(
+def scaled_mm_impl(
     a: torch.Tensor,
     b: torch.Tensor,
     scale_a: torch.Tensor,
@@ -43,16 +44,16 @@ def fp8_scaled_mm_impl(
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=a.device)
     return dispatch.run(
-        "fp8_dynamic",
+        "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic",
         m,
         n,
         k,
-        lambda: _helion_fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
-        lambda: _fallback_fp8_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
+        lambda: _helion_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
+        lambda: _fallback_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
     )
 
 
-def fp8_scaled_mm_fake(a, b, scale_a, scale_b, out_dtype, bias=None):
+def scaled_mm_fake(a, b, scale_a, scale_b, out_dtype, bias=None):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
 
 
@@ -63,9 +64,9 @@ def register_ops() -> None:
         return
     lib = torch.library.Library("hlvllm", "FRAGMENT")
     lib.define(
-        "fp8_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType out_dtype, "
+        "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType out_dtype, "
         "Tensor? bias=None) -> Tensor"
     )
-    lib.impl("fp8_scaled_mm", fp8_scaled_mm_impl, "CompositeExplicitAutograd")
-    torch.library.register_fake("hlvllm::fp8_scaled_mm", fp8_scaled_mm_fake, lib=lib)
+    lib.impl("scaled_mm", scaled_mm_impl, "CompositeExplicitAutograd")
+    torch.library.register_fake("hlvllm::scaled_mm", scaled_mm_fake, lib=lib)
     _lib = lib

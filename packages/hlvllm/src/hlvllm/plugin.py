@@ -14,8 +14,8 @@ _registered = False
 
 
 def register() -> None:
-    """Register hlvllm's torch ops and, when ``HL_LINEAR_BACKEND=helion``, put the Helion FP8 linear
-    kernel first in vLLM's CUDA FP8 kernel list. Safe to call any number of times."""
+    """Register hlvllm's torch ops and, when ``HL_LINEAR_BACKEND=helion``, put the Helion linear
+    kernels first in vLLM's CUDA FP8 and INT8 kernel lists. Safe to call any number of times."""
     global _registered
     if _registered:
         return
@@ -33,8 +33,13 @@ def register() -> None:
     from vllm.platforms import PlatformEnum
 
     from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
+    from hlvllm.int8_kernel import HelionInt8ScaledMMLinearKernel
 
-    kernels = vllm_linear._POSSIBLE_FP8_KERNELS.setdefault(PlatformEnum.CUDA, [])
-    if HelionFP8ScaledMMLinearKernel not in kernels:
-        kernels.insert(0, HelionFP8ScaledMMLinearKernel)
+    for table, kernel in (
+        (vllm_linear._POSSIBLE_FP8_KERNELS, HelionFP8ScaledMMLinearKernel),
+        (vllm_linear._POSSIBLE_INT8_KERNELS, HelionInt8ScaledMMLinearKernel),
+    ):
+        kernels = table.setdefault(PlatformEnum.CUDA, [])
+        if kernel not in kernels:
+            kernels.insert(0, kernel)
     logger.info("hlvllm: Helion linear backend registered (max_helion_size=%d)", settings.max_helion_size)

@@ -1,4 +1,4 @@
-"""torch.ops.hlvllm.fp8_scaled_mm on a CUDA GPU against vLLM's own cutlass_scaled_mm."""
+"""torch.ops.hlvllm.scaled_mm on a CUDA GPU against vLLM's own cutlass_scaled_mm."""
 
 import pytest
 import torch
@@ -23,7 +23,7 @@ def op(monkeypatch):
     get_settings.cache_clear()
     dispatch.reset()
     register()
-    yield torch.ops.hlvllm.fp8_scaled_mm, dispatch
+    yield torch.ops.hlvllm.scaled_mm, dispatch
     get_settings.cache_clear()
     dispatch.reset()
 

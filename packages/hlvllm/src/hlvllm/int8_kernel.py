@@ -1,0 +1,70 @@
+"""vLLM W8A8_INT8 linear kernel backed by the Helion scaled GEMM.
+
+``HelionInt8ScaledMMLinearKernel`` subclasses vLLM's ``CutlassInt8ScaledMMLinearKernel``: weight
+processing and layout are CUTLASS's (``layer.weight``: int8 ``[K, N]`` column-major view;
+``weight_scale`` fp32 ``[N, 1]``). Activations are quantized by vLLM's ``scaled_int8_quant``
+(dynamic, per token, symmetric), then ``torch.ops.hlvllm.scaled_mm`` picks Helion (num_tokens <=
+max_helion_size under CUDA-graph capture) or ``cutlass_scaled_mm``. Static input scales,
+asymmetric activations (azp) and per-tensor weight scales stay on vLLM's kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from vllm import _custom_ops as vllm_ops
+from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassInt8ScaledMMLinearKernel
+from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import Int8ScaledMMLinearLayerConfig
+
+from hlvllm import dispatch
+from hlvllm.support import cudagraph_capture_limit, helion_supported
+
+logger = logging.getLogger("vllm.hlvllm")
+
+
+class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
+    """W8A8_INT8 (dynamic symmetric per-token int8 x per-channel int8) with hybrid dispatch."""
+
+    _logged = False
+
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        return helion_supported(compute_capability)
+
+    @classmethod
+    def can_implement(cls, c: Int8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
+        if c.is_static_input_scheme:
+            return (
+                False,
+                "supports dynamic per-token activation scales only (static input scales use CUTLASS)",
+            )
+        if not c.input_symmetric:
+            return False, "supports symmetric activations only (asymmetric/azp uses CUTLASS's azp kernel)"
+        if not c.is_channelwise:
+            return False, "supports per-channel weight scales only (per-tensor uses CUTLASS)"
+        size, reason = cudagraph_capture_limit()
+        if not size:
+            return False, reason
+        return True, None
+
+    def __init__(self, c: Int8ScaledMMLinearLayerConfig, layer_param_names) -> None:
+        super().__init__(c, layer_param_names)
+        size, _ = cudagraph_capture_limit()
+        dispatch.set_capture_limit(size)
+        if not HelionInt8ScaledMMLinearKernel._logged:
+            HelionInt8ScaledMMLinearKernel._logged = True
+            logger.info(
+                "hlvllm: W8A8_INT8 linear layers use Helion for num_tokens <= %d under CUDA graphs "
+                "and CUTLASS (cutlass_scaled_mm) otherwise",
+                dispatch.max_helion_m(),
+            )
+
+    def apply_weights(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        w_q, w_s, _, _, _ = self._get_layer_params(layer)
+        x_2d = x.reshape(-1, x.shape[-1])
+        x_q, x_s, _ = vllm_ops.scaled_int8_quant(x_2d.contiguous(), None, None, symmetric=True)
+        out = torch.ops.hlvllm.scaled_mm(x_q, w_q, x_s, w_s, x.dtype, bias)
+        return out.view(*x.shape[:-1], w_q.shape[1])

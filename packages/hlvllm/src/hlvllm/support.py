@@ -1,0 +1,51 @@
+"""When hlvllm's linear kernels may run: the checks every format shares.
+
+A kernel is used only with the backend enabled (``HL_LINEAR_BACKEND=helion``), on CUDA, on SM90
+(H100/H200, where the shipped configs are tuned), with helion importable and with CUDA graphs on
+(Helion's host call costs tens of µs, so it only pays under graph replay). Each check returns
+``(ok, reason)`` as vLLM's ``is_supported`` / ``can_implement`` do; the reason names the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+from hlvllm.settings import get_settings
+
+
+@functools.cache
+def helion_importable() -> tuple[bool, str | None]:
+    """Whether helion (and so hlcore's kernels) can be imported here, without importing it."""
+    if importlib.util.find_spec("helion") is None:
+        return False, "helion is not installed (pip install helion==1.5.0)"
+    return True, None
+
+
+def helion_supported(compute_capability: int | None) -> tuple[bool, str | None]:
+    """vLLM's ``is_supported(compute_capability)`` for every hlvllm linear kernel."""
+    from vllm.platforms import current_platform
+
+    if not get_settings().enabled:
+        return False, "is off (set HL_LINEAR_BACKEND=helion to enable)"
+    if not current_platform.is_cuda():
+        return False, "requires CUDA"
+    if compute_capability is None:  # vLLM's kernel __init__ re-checks without a capability
+        cap = current_platform.get_device_capability()
+        compute_capability = None if cap is None else cap.to_int()
+    if compute_capability != 90:
+        return False, f"is tuned for SM90 (H100/H200) only; this GPU is SM{compute_capability}"
+    return helion_importable()
+
+
+def cudagraph_capture_limit() -> tuple[int, str | None]:
+    """The largest CUDA-graph capture size of the current vLLM config, or 0 and a reason."""
+    from vllm.config import CUDAGraphMode, get_current_vllm_config
+
+    cfg = get_current_vllm_config().compilation_config
+    if cfg.cudagraph_mode is None or cfg.cudagraph_mode == CUDAGraphMode.NONE:
+        return 0, "CUDA graphs are off (enforce_eager or cudagraph_mode=NONE); Helion only pays under graphs"
+    size = cfg.max_cudagraph_capture_size or 0
+    if size <= 0:
+        return 0, "max_cudagraph_capture_size is 0"
+    return size, None
