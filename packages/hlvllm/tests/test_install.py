@@ -66,9 +66,19 @@ from vllm.platforms import PlatformEnum
 
 from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
 
-cuda_kernels = vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA]
-assert cuda_kernels[0] is HelionFP8ScaledMMLinearKernel, cuda_kernels
-assert cuda_kernels.count(HelionFP8ScaledMMLinearKernel) == 1
+# Every vLLM kernel table that hlvllm touched has its Helion kernel(s) once each, ahead of vLLM's own.
+ours = {}
+for name in dir(vllm_linear):
+    table = getattr(vllm_linear, name)
+    if name.startswith("_POSSIBLE_") and isinstance(table, dict) and PlatformEnum.CUDA in table:
+        kernels = table[PlatformEnum.CUDA]
+        mine = [i for i, k in enumerate(kernels) if k.__module__.startswith("hlvllm.")]
+        if mine:
+            assert mine == list(range(len(mine))), (name, kernels)
+            assert len({kernels[i] for i in mine}) == len(mine), (name, kernels)
+            ours[name] = [kernels[i].__name__ for i in mine]
+assert vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA][0] is HelionFP8ScaledMMLinearKernel
+assert "_POSSIBLE_INT8_KERNELS" in ours, ours
 assert hasattr(torch.ops.hlvllm, "scaled_mm")
 
 import hlcore
@@ -95,6 +105,7 @@ assert not torch.cuda.is_initialized(), "importing hlvllm / register() initialis
 print(json.dumps({
     "python": sys.executable,
     "config_dir": str(d),
+    "kernels": ours,
     "configs": parsed,
     "override": override,
     "versions": {n: md.version(n) for n in ("hlcore", "hlvllm", "vllm", "torch", "helion")},
