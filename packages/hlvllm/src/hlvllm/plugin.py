@@ -15,7 +15,7 @@ _registered = False
 
 def register() -> None:
     """Register hlvllm's torch ops and, when ``HL_LINEAR_BACKEND=helion``, put the Helion linear
-    kernels first in vLLM's CUDA FP8 and INT8 kernel lists. Safe to call any number of times."""
+    kernels first in vLLM's CUDA FP8, INT8 and block-FP8 kernel lists. Safe to call any number of times."""
     global _registered
     if _registered:
         return
@@ -32,12 +32,14 @@ def register() -> None:
     from vllm.model_executor.kernels import linear as vllm_linear
     from vllm.platforms import PlatformEnum
 
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel
     from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
     from hlvllm.int8_kernel import HelionInt8ScaledMMLinearKernel
 
     for table, kernel in (
         (vllm_linear._POSSIBLE_FP8_KERNELS, HelionFP8ScaledMMLinearKernel),
         (vllm_linear._POSSIBLE_INT8_KERNELS, HelionInt8ScaledMMLinearKernel),
+        (vllm_linear._POSSIBLE_FP8_BLOCK_KERNELS, HelionFp8BlockScaledMMKernel),
     ):
         kernels = table.setdefault(PlatformEnum.CUDA, [])
         if kernel not in kernels:

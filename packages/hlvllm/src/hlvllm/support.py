@@ -30,6 +30,10 @@ def helion_supported(compute_capability: int | None) -> tuple[bool, str | None]:
         return False, "is off (set HL_LINEAR_BACKEND=helion to enable)"
     if not current_platform.is_cuda():
         return False, "requires CUDA"
+    import vllm.envs as envs
+
+    if envs.VLLM_BATCH_INVARIANT:
+        return False, "is not batch-invariant (VLLM_BATCH_INVARIANT=1 keeps vLLM's kernels)"
     if compute_capability is None:  # vLLM's kernel __init__ re-checks without a capability
         cap = current_platform.get_device_capability()
         compute_capability = None if cap is None else cap.to_int()

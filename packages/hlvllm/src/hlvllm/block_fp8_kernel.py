@@ -1,0 +1,152 @@
+"""vLLM Block_FP8 linear kernel backed by the Helion scaled GEMM, vLLM's default as the fallback.
+
+Block_FP8 = fp8 weights ``[N, K]`` with 128x128 block scales (``weight_scale_inv`` of vLLM's
+``fp8`` method with ``weight_block_size: [128, 128]``, or ``weight_scale`` of compressed-tensors
+block checkpoints) and fp8 activations quantized per 1x128 group at run time.
+
+``HelionFp8BlockScaledMMKernel`` holds the kernel vLLM would have chosen (``self.fallback``:
+DeepGEMM, CUTLASS block or Triton block on CUDA) and lets it process the weights, so the fallback
+path is exactly vLLM's. The Helion path reads the same fp8 weight and the fp32 block scales
+(DeepGEMM's UE8M0 re-quantization rewrites both in place, so they stay consistent; a fallback that
+re-lays out the scales keeps the original fp32 ``[ceil(N/128), ceil(K/128)]`` tensor here).
+
+Dispatch happens inside ``torch.ops.hlvllm.block_scaled_mm(x, layer_id, n, out_dtype, bias)``:
+``num_tokens <= max_helion_size`` under CUDA-graph capture -> quantize with ``QuantFP8`` (1x128,
+row-major fp32 scales) + Helion; otherwise the fallback kernel's own ``apply_weights`` (its own
+quantization layout, e.g. column-major or UE8M0 scales for DeepGEMM). Layers are found by an
+integer id assigned at weight processing, in model order (the same in every process).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import (
+    Fp8BlockScaledMMLinearKernel,
+)
+from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
+    FP8ScaledMMLinearKernel,
+    FP8ScaledMMLinearLayerConfig,
+)
+from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
+
+from hlvllm import dispatch
+from hlvllm.support import cudagraph_capture_limit, helion_supported
+
+logger = logging.getLogger("vllm.hlvllm")
+
+BLOCK = (128, 128)
+SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
+
+#: layer_id -> (kernel, layer); filled by process_weights_after_loading, read inside the op.
+BLOCK_LAYERS: list[tuple[HelionFp8BlockScaledMMKernel, torch.nn.Module]] = []
+
+
+def choose_fallback(config: FP8ScaledMMLinearLayerConfig) -> type[Fp8BlockScaledMMLinearKernel] | None:
+    """The block-FP8 kernel vLLM would pick without hlvllm (first supported one in its CUDA list)."""
+    from vllm.model_executor.kernels import linear as vllm_linear
+    from vllm.platforms import PlatformEnum
+
+    for kernel in vllm_linear._POSSIBLE_FP8_BLOCK_KERNELS.get(PlatformEnum.CUDA, []):
+        if kernel is HelionFp8BlockScaledMMKernel or not issubclass(kernel, Fp8BlockScaledMMLinearKernel):
+            continue  # ourselves, and the FP8ScaledMMLinearKernel-style ones (Marlin, Humming)
+        if issubclass(kernel, FP8ScaledMMLinearKernel):
+            continue
+        ok, _ = vllm_linear.is_supported_and_can_implement_kernel(kernel, config, None)
+        if ok:
+            return kernel
+    return None
+
+
+class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
+    """Block_FP8 (1x128 activation groups x 128x128 weight blocks) with hybrid dispatch."""
+
+    _logged = False
+
+    @classmethod
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        return helion_supported(compute_capability)
+
+    @classmethod
+    def can_implement(cls, config: FP8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
+        ok, reason = super().can_implement(config)
+        if not ok:
+            return ok, reason
+        if config.activation_quant_key.scale.group_shape != GroupShape(1, BLOCK[1]):
+            return False, "supports 1x128 activation groups only"
+        if config.weight_quant_key.scale.group_shape != GroupShape(*BLOCK):
+            return (
+                False,
+                f"supports 128x128 weight blocks only; got {config.weight_quant_key.scale.group_shape}",
+            )
+        if config.out_dtype is not None and config.out_dtype not in SUPPORTED_OUT_DTYPES:
+            return False, f"supports bf16/fp16 output only; got {config.out_dtype}"
+        size, reason = cudagraph_capture_limit()
+        if not size:
+            return False, reason
+        if choose_fallback(config) is None:
+            return False, "no vLLM block-FP8 kernel to fall back to"
+        return True, None
+
+    def __init__(self, config: FP8ScaledMMLinearLayerConfig) -> None:
+        super().__init__(config)  # self.quant_fp8: QuantFP8 1x128, row-major fp32 scales
+        fallback_cls = choose_fallback(config)
+        assert fallback_cls is not None  # can_implement checked it
+        self.fallback = fallback_cls(config)
+        self.layer_id: int | None = None
+        size, _ = cudagraph_capture_limit()
+        dispatch.set_capture_limit(size)
+        if not HelionFp8BlockScaledMMKernel._logged:
+            HelionFp8BlockScaledMMKernel._logged = True
+            logger.info(
+                "hlvllm: Block_FP8 linear layers use Helion for num_tokens <= %d under CUDA graphs and %s "
+                "otherwise",
+                dispatch.max_helion_m(),
+                fallback_cls.__name__,
+            )
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        params = self._get_layer_params(layer)
+        scale_name = params.WEIGHT_SCALE if params.weight_scale_inv is None else params.WEIGHT_SCALE_INV
+        scale_before = getattr(layer, scale_name).data  # fp32 [ceil(N/128), ceil(K/128)]
+        weight_before = params.weight.data
+        self.fallback.process_weights_after_loading(layer)
+        weight = getattr(layer, params.WEIGHT)
+        scale = getattr(layer, scale_name)
+        if weight.data_ptr() != weight_before.data_ptr() or weight.shape != weight_before.shape:
+            logger.warning(
+                "hlvllm: %s replaced the weight tensor; this layer uses it for every batch size",
+                type(self.fallback).__name__,
+            )
+            return  # layer_id stays None: fallback only
+        if scale.dtype == torch.float32 and scale.shape == scale_before.shape:
+            self.helion_scale = scale.data
+        else:  # re-laid-out (e.g. packed UE8M0): the fp32 tensor was re-quantized in place, if at all
+            self.helion_scale = scale_before
+        self.layer_id = len(BLOCK_LAYERS)
+        BLOCK_LAYERS.append((self, layer))
+
+    def apply_weights(
+        self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, **kwargs
+    ) -> torch.Tensor:
+        if self.layer_id is None:
+            return self.fallback.apply_weights(layer, x, bias, **kwargs)
+        x_2d = x.reshape(-1, x.shape[-1])
+        n = layer.weight.shape[0]
+        out_dtype = self.config.out_dtype or x.dtype
+        out = torch.ops.hlvllm.block_scaled_mm(x_2d, self.layer_id, n, out_dtype, bias)
+        return out.view(*x.shape[:-1], n)
+
+    # The op body's two paths -------------------------------------------------------------------
+    def helion_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
+        from hlcore.scaled_mm import scaled_mm
+
+        q, scale_a = self.quant_fp8(x_2d)
+        return scaled_mm(q, layer.weight.t(), scale_a, self.helion_scale, out_dtype, bias, block_size=BLOCK)
+
+    def fallback_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
+        return self.fallback.apply_weights(layer, x_2d, bias).to(out_dtype)
+
+    def apply_block_scaled_mm(self, A, B, As, Bs):  # abstract in vLLM; unused (apply_weights is ours)
+        return self.fallback.apply_block_scaled_mm(A, B, As, Bs)
