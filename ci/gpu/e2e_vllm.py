@@ -1,5 +1,8 @@
 """End-to-end check of hlvllm in a real vLLM 0.26 engine (dummy weights, one GPU).
 
+``--quant fp8-dynamic`` (default), ``int8`` (compressed-tensors W8A8) or ``block-fp8`` (vLLM's fp8
+method with 128x128 weight blocks; add VLLM_USE_DEEP_GEMM=0 to skip DeepGEMM's JIT).
+
   python ci/gpu/e2e_vllm.py run --plugin on  --out on.json    # HL_LINEAR_BACKEND=helion
   python ci/gpu/e2e_vllm.py run --plugin off --out off.json   # VLLM_PLUGINS= (no plugin)
   python ci/gpu/e2e_vllm.py compare on.json off.json
@@ -61,7 +64,34 @@ FP8_DYNAMIC = {
 }
 
 
-def model_dir(layers: int) -> str:
+INT8 = {
+    **FP8_DYNAMIC,
+    "format": "int-quantized",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {
+                "num_bits": 8,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "channel",
+                "dynamic": False,
+            },
+            "input_activations": {
+                "num_bits": 8,
+                "type": "int",
+                "symmetric": True,
+                "strategy": "token",
+                "dynamic": True,
+            },
+        }
+    },
+}
+BLOCK_FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+QUANT = {"fp8-dynamic": FP8_DYNAMIC, "int8": INT8, "block-fp8": BLOCK_FP8}
+
+
+def model_dir(layers: int, quant: str = "fp8-dynamic") -> str:
     cfg = {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
@@ -81,7 +111,7 @@ def model_dir(layers: int) -> str:
         "bos_token_id": 1,
         "eos_token_id": 2,
         "dtype": "bfloat16",
-        "quantization_config": FP8_DYNAMIC,
+        "quantization_config": QUANT[quant],
     }
     d = tempfile.mkdtemp(prefix="hl-e2e-qwen3-8b-")
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -98,11 +128,20 @@ def fill_weights(model) -> int:
     for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
         g.manual_seed(zlib.crc32(name.encode()))
         with torch.no_grad():
-            if p.dtype == torch.float8_e4m3fn:  # [K, N] view of the [N, K] weight
+            if p.dtype == torch.float8_e4m3fn:  # CUTLASS: [K, N] view of [N, K]; block: [N, K]
                 p.copy_(torch.randn(p.shape, generator=g, device=p.device).to(p.dtype))
-            elif name.endswith("weight_scale"):
-                k = dict(model.named_parameters())[name.replace("weight_scale", "weight")].shape[0]
+            elif p.dtype == torch.int8:  # vLLM 0.26 leaves dummy int8 weights uninitialised
+                p.copy_(torch.randint(-127, 128, p.shape, generator=g, device=p.device, dtype=torch.int8))
+            elif name.endswith("weight_scale_inv") or (
+                name.endswith("weight_scale") and p.numel() > 1 and p.dim() == 2 and p.shape[1] > 1
+            ):
+                k = p.shape[1] * 128  # 128x128 block scales [N/128, K/128]
                 p.copy_((0.75 + 0.5 * torch.rand(p.shape, generator=g, device=p.device)) / k**0.5)
+            elif name.endswith("weight_scale"):
+                w = dict(model.named_parameters())[name.replace("weight_scale", "weight")]
+                k = w.shape[0]  # per-channel formats hold the [K, N] view
+                amax = 127.0 if w.dtype == torch.int8 else 1.0
+                p.copy_((0.75 + 0.5 * torch.rand(p.shape, generator=g, device=p.device)) / (amax * k**0.5))
             elif "norm" in name:
                 p.fill_(1.0)
             elif "embed" in name:
@@ -116,10 +155,10 @@ def fill_weights(model) -> int:
 def linear_kernels(model) -> dict:
     kinds = {}
     for name, mod in model.named_modules():
-        scheme = getattr(mod, "scheme", None)
-        kernel = getattr(scheme, "fp8_linear", None)
-        if kernel is not None:
-            kinds[name.split(".")[-1]] = type(kernel).__name__
+        for owner in (getattr(mod, "scheme", None), getattr(mod, "quant_method", None)):
+            kernel = getattr(owner, "fp8_linear", None) or getattr(owner, "kernel", None)
+            if kernel is not None:
+                kinds[name.split(".")[-1]] = type(kernel).__name__
     return kinds
 
 
@@ -136,7 +175,7 @@ def run(args) -> int:
     import vllm
     from vllm import LLM, SamplingParams
 
-    path = model_dir(args.layers)
+    path = model_dir(args.layers, args.quant)
     t0 = time.perf_counter()
     llm = LLM(
         model=path,
@@ -205,6 +244,7 @@ def run(args) -> int:
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(),
         "layers": args.layers,
+        "quant": args.quant,
         "startup_s": startup_s,
         "kernels": kernels,
         "dispatch": dispatch,
@@ -295,6 +335,7 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("--plugin", choices=["on", "off"], required=True)
     r.add_argument("--layers", type=int, default=4)
+    r.add_argument("--quant", choices=sorted(QUANT), default="fp8-dynamic")
     r.add_argument("--out", required=True)
     r.add_argument("--disable-kernels", default="", help="VLLM_DISABLED_KERNELS for this run (control runs)")
     c = sub.add_parser("compare")
