@@ -31,8 +31,7 @@ from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
 )
 from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
-from hlvllm import dispatch
-from hlvllm.support import cudagraph_capture_limit, helion_supported
+from hlvllm.support import announce, cudagraph_capture_limit, helion_supported
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -61,8 +60,6 @@ def choose_fallback(config: FP8ScaledMMLinearLayerConfig) -> type[Fp8BlockScaled
 
 class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
     """Block_FP8 (1x128 activation groups x 128x128 weight blocks) with hybrid dispatch."""
-
-    _logged = False
 
     @classmethod
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
@@ -95,16 +92,7 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
         assert fallback_cls is not None  # can_implement checked it
         self.fallback = fallback_cls(config)
         self.layer_id: int | None = None
-        size, _ = cudagraph_capture_limit()
-        dispatch.set_capture_limit(size)
-        if not HelionFp8BlockScaledMMKernel._logged:
-            HelionFp8BlockScaledMMKernel._logged = True
-            logger.info(
-                "hlvllm: Block_FP8 linear layers use Helion for num_tokens <= %d under CUDA graphs and %s "
-                "otherwise",
-                dispatch.max_helion_m(),
-                fallback_cls.__name__,
-            )
+        announce("Block_FP8", fallback_cls.__name__)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         params = self._get_layer_params(layer)

@@ -10,8 +10,6 @@ max_helion_size, under CUDA-graph capture) or ``cutlass_scaled_mm``.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassFP8ScaledMMLinearKernel
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearLayerConfig
@@ -20,18 +18,13 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (
     kFp8StaticChannelSym,
 )
 
-from hlvllm import dispatch
-from hlvllm.support import cudagraph_capture_limit, helion_supported
-
-logger = logging.getLogger("vllm.hlvllm")
+from hlvllm.support import announce, cudagraph_capture_limit, helion_supported
 
 SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
     """FP8_Dynamic (per-token fp8 activations x per-channel fp8 weights) with hybrid dispatch."""
-
-    _logged = False
 
     @classmethod
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
@@ -55,15 +48,7 @@ class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
 
     def __init__(self, c: FP8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
-        size, _ = cudagraph_capture_limit()
-        dispatch.set_capture_limit(size)
-        if not HelionFP8ScaledMMLinearKernel._logged:
-            HelionFP8ScaledMMLinearKernel._logged = True
-            logger.info(
-                "hlvllm: FP8_Dynamic linear layers use Helion for num_tokens <= %d under CUDA graphs "
-                "and CUTLASS (cutlass_scaled_mm) otherwise",
-                dispatch.max_helion_m(),
-            )
+        announce("FP8_Dynamic", "CUTLASS (cutlass_scaled_mm)")
 
     def apply_scaled_mm(
         self,

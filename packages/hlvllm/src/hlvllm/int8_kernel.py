@@ -10,23 +10,16 @@ asymmetric activations (azp) and per-tensor weight scales stay on vLLM's kernel.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from vllm import _custom_ops as vllm_ops
 from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassInt8ScaledMMLinearKernel
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import Int8ScaledMMLinearLayerConfig
 
-from hlvllm import dispatch
-from hlvllm.support import cudagraph_capture_limit, helion_supported
-
-logger = logging.getLogger("vllm.hlvllm")
+from hlvllm.support import announce, cudagraph_capture_limit, helion_supported
 
 
 class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
     """W8A8_INT8 (dynamic symmetric per-token int8 x per-channel int8) with hybrid dispatch."""
-
-    _logged = False
 
     @classmethod
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
@@ -50,15 +43,7 @@ class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
 
     def __init__(self, c: Int8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
-        size, _ = cudagraph_capture_limit()
-        dispatch.set_capture_limit(size)
-        if not HelionInt8ScaledMMLinearKernel._logged:
-            HelionInt8ScaledMMLinearKernel._logged = True
-            logger.info(
-                "hlvllm: W8A8_INT8 linear layers use Helion for num_tokens <= %d under CUDA graphs "
-                "and CUTLASS (cutlass_scaled_mm) otherwise",
-                dispatch.max_helion_m(),
-            )
+        announce("W8A8_INT8", "CUTLASS (cutlass_scaled_mm)")
 
     def apply_weights(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 
 from hlvllm.settings import get_settings
+
+logger = logging.getLogger("vllm.hlvllm")
+_announced: set[str] = set()
 
 
 @functools.cache
@@ -53,3 +57,20 @@ def cudagraph_capture_limit() -> tuple[int, str | None]:
     if size <= 0:
         return 0, "max_cudagraph_capture_size is 0"
     return size, None
+
+
+def announce(fmt: str, fallback: str) -> None:
+    """At kernel construction: record the CUDA-graph capture limit for dispatch and log, once per
+    format and process, which kernel runs which batch sizes."""
+    from hlvllm import dispatch
+
+    size, _ = cudagraph_capture_limit()
+    dispatch.set_capture_limit(size)
+    if fmt not in _announced:
+        _announced.add(fmt)
+        logger.info(
+            "hlvllm: %s linear layers use Helion for num_tokens <= %d under CUDA graphs and %s otherwise",
+            fmt,
+            dispatch.max_helion_m(),
+            fallback,
+        )
