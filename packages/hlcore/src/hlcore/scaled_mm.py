@@ -310,7 +310,8 @@ def scaled_mm(
         block_size: ``(128, 128)`` for Block_FP8 (vLLM's ``weight_block_size``), else None.
         config: a ``helion.Config`` (or its dict / JSON) with ``block_sizes = [block_m, block_n,
             block_k]`` (block_k is fixed to 128 for block_fp8), ``split_k``, ``swap_ab`` and Triton
-            knobs; default :func:`hlcore.scaled_mm_config.default_scaled_mm_config`.
+            knobs; default :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` (the tuned config
+            for this GPU and shape, else :func:`hlcore.scaled_mm_config.default_scaled_mm_config`).
 
     Returns:
         ``[M, N]`` tensor of ``out_dtype``; M = 0 returns an empty ``[0, N]`` without a launch.
@@ -329,10 +330,10 @@ def scaled_mm(
         return torch.empty((0, n), dtype=out_dtype, device=a.device)
     if a.stride(1) != 1:
         a = a.contiguous()
-    if config is None:
-        from hlcore.scaled_mm_config import default_scaled_mm_config
+    if config is None:  # tuned config for this GPU and shape, else the heuristic default
+        from hlcore.scaled_mm_config import pick_scaled_mm_config
 
-        config = default_scaled_mm_config(m, n, k)
+        config = pick_scaled_mm_config(fmt, m, n, k, device=a.device).config_json
     kernel = _kernel_for(_as_config_json(config))
     if fmt == "block_fp8":
         return kernel(a, b.t(), scale_a, scale_b, bias, out_dtype, BLOCK_SIZE[1])

@@ -1,0 +1,385 @@
+"""Tuned-config files: ``<config dir>/<kernel>/<gpu>.json`` (design.md §4), read, validated, merged, written.
+
+File format (the shape of vLLM's own Helion config files, plus one metadata entry)::
+
+    [
+      {"_metadata": {"gpu": "nvidia_h200", "gpu_name": "NVIDIA H200", "helion": "1.5.0",
+                     "triton": "3.6.0", "torch": "2.11.0", "command": "hltools autotune ...",
+                     "seed": 0, "date": "2026-11-30T12:00:00+00:00", ...}},
+      {"key": {}, "config": {...}},
+      {"key": {"format": "fp8_dynamic", "k": 4096, "m": 1, "n": 6144},
+       "config": {"block_sizes": [16, 64, 128], "num_warps": 4, "split_k": 4, "swap_ab": true, ...},
+       "fallback": false, "stats": {"helion_us": 9.1, "fallback_us": 10.2, ...}}
+    ]
+
+* ``_metadata`` is optional (a hand-written file may omit it) and at most once; when present its
+  ``gpu`` must be the file's GPU (the file name) or a variant of that family (``nvidia_h100_sxm``
+  inside ``nvidia_h100.json``), and its ``helion`` version must be the installed one.
+* ``"key": {}`` is the default entry (used for any shape that has no tuned neighbour).
+* Key values are ints or strings; the scaled GEMM's keys are ``{"format", "n", "k", "m"}``
+  (:func:`scaled_mm_key`). At most one entry per key.
+* ``config`` is a ``helion.Config`` as a dict (``json.loads(config.to_json())``).
+* ``fallback: true`` marks a key whose tuned config lost to vLLM's kernel: dispatch keeps vLLM's
+  kernel there. ``stats`` holds what the tuner measured (informative only).
+
+Loading at run time (:func:`load_config_file`) never raises: a file that is not JSON, has the wrong
+shape, or whose metadata names another GPU or helion version is rejected with ONE ``logging``
+warning naming the file and the reason, and the caller goes on as if it did not exist.
+:func:`read_config_file` is the strict reader (raises :class:`ConfigFileError`).
+
+Writing (:func:`save_config_file`): merged with the file already there (new entries replace the
+same keys, new metadata fields replace old ones), entries sorted by key after the metadata, JSON
+with sorted keys, indent 2 and a trailing newline, written to a temporary file in the same
+directory and moved into place with ``os.replace`` (readers never see a partial file).
+
+GPU names are canonical (:func:`canonical_gpu_name`): ``"NVIDIA H200"`` -> ``nvidia_h200``,
+``"NVIDIA H100 80GB HBM3"`` -> ``nvidia_h100_sxm``, ``"NVIDIA H100 PCIe"`` -> ``nvidia_h100_pcie``;
+lookups try the exact variant first, then the family (:func:`gpu_name_candidates`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+METADATA = "_metadata"
+SCALED_MM_KERNEL = "scaled_mm"
+KeyValue = int | str
+KeyId = tuple[tuple[str, KeyValue], ...]
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be used; the message names the file and the reason."""
+
+
+# --------------------------------------------------------------------------------------------
+# GPU names
+# --------------------------------------------------------------------------------------------
+_VARIANTS = ("sxm", "pcie", "nvl")
+
+
+def canonical_gpu_name(raw: str) -> str:
+    """Lower-case, ``_``-separated GPU name without memory sizes, e.g. ``"NVIDIA H200"`` ->
+    ``"nvidia_h200"``, ``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia_h100_sxm"`` (the HBM3 H100 is the
+    SXM part), ``"NVIDIA H100 PCIe"`` -> ``"nvidia_h100_pcie"``, ``"NVIDIA A100-SXM4-80GB"`` ->
+    ``"nvidia_a100_sxm"``. Raises ``ValueError`` for an empty name."""
+    tokens = [t for t in re.split(r"[^a-z0-9]+", str(raw).strip().lower()) if t]
+    if not tokens:
+        raise ValueError(f"canonical_gpu_name: empty GPU name {raw!r}")
+    out: list[str] = []
+    hbm = False
+    for t in tokens:
+        if re.fullmatch(r"\d+gb", t):
+            continue
+        if re.fullmatch(r"hbm\d*e?", t):
+            hbm = True
+            continue
+        if re.fullmatch(r"sxm\d*", t):
+            t = "sxm"
+        if t not in out:
+            out.append(t)
+    if hbm and len(out) == 2 and out[0] == "nvidia" and out[1] == "h100":
+        out.append("sxm")  # "NVIDIA H100 80GB HBM3": the SXM board (the PCIe one says PCIe)
+    return "_".join(out)
+
+
+def gpu_name_candidates(gpu: str) -> list[str]:
+    """Names to look up for ``gpu`` (raw or canonical), exact variant first, then the family:
+    ``nvidia_h100_sxm`` -> ``["nvidia_h100_sxm", "nvidia_h100"]``; ``nvidia_h200`` ->
+    ``["nvidia_h200"]``."""
+    name = canonical_gpu_name(gpu)
+    parts = name.split("_")
+    out = [name]
+    if len(parts) > 1 and parts[-1] in _VARIANTS:
+        out.append("_".join(parts[:-1]))
+    return out
+
+
+@functools.cache
+def _device_gpu_name(index: int) -> str:
+    import torch
+
+    return canonical_gpu_name(torch.cuda.get_device_name(index))
+
+
+def current_gpu_name(device: Any = None) -> str | None:
+    """Canonical name of ``device`` (a CUDA ``torch.device``, or the current CUDA device when None),
+    or None when that is not a CUDA device or no CUDA GPU is available. Cached per device index."""
+    import torch
+
+    if device is not None:
+        device = torch.device(device)
+        if device.type != "cuda":
+            return None
+    if not torch.cuda.is_available():
+        return None
+    index = torch.cuda.current_device() if device is None or device.index is None else device.index
+    return _device_gpu_name(index)
+
+
+# --------------------------------------------------------------------------------------------
+# Entries and files
+# --------------------------------------------------------------------------------------------
+def key_id(key: Mapping[str, KeyValue]) -> KeyId:
+    """Hashable, ordered form of a key dict (sorted by name)."""
+    return tuple(sorted(key.items()))
+
+
+def scaled_mm_key(fmt: str, n: int, k: int, m: int) -> dict[str, KeyValue]:
+    """The key of one tuned scaled GEMM shape: ``{"format": fmt, "n": N, "k": K, "m": M}``."""
+    return {"format": fmt, "n": int(n), "k": int(k), "m": int(m)}
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One ``{"key": ..., "config": ..., "fallback": ..., "stats": ...}`` item of a config file."""
+
+    key: dict[str, KeyValue]
+    config: dict[str, Any]
+    fallback: bool = False
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> KeyId:
+        return key_id(self.key)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": dict(self.key), "config": dict(self.config)}
+        if self.fallback:
+            out["fallback"] = True
+        if self.stats:
+            out["stats"] = dict(self.stats)
+        return out
+
+
+@dataclass
+class ConfigFile:
+    """A parsed config file: its metadata (``{}`` if none) and entries by key."""
+
+    path: Path | None
+    metadata: dict[str, Any]
+    entries: dict[KeyId, ConfigEntry]
+
+    def get(self, key: Mapping[str, KeyValue]) -> ConfigEntry | None:
+        return self.entries.get(key_id(key))
+
+    @property
+    def default(self) -> ConfigEntry | None:
+        """The ``"key": {}`` entry, if the file has one."""
+        return self.entries.get(())
+
+    def to_json(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = [{METADATA: dict(self.metadata)}] if self.metadata else []
+        items += [self.entries[i].to_json() for i in sorted(self.entries, key=_sort_key)]
+        return items
+
+
+def _sort_key(kid: KeyId) -> tuple:
+    # ints before strings within a field, so that n/k/m sort numerically (1, 2, 4, ..., 32)
+    return tuple((name, (0, v, "") if isinstance(v, int) else (1, 0, str(v))) for name, v in kid)
+
+
+def _is_key_value(v: object) -> bool:
+    return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+
+
+def parse_config_json(data: object, source: str = "<config>") -> ConfigFile:
+    """Validate the parsed JSON of a config file (format: module docstring).
+
+    Raises:
+        ConfigFileError: not a list; an item that is neither ``{"_metadata": {...}}`` nor
+            ``{"key": {...}, "config": {...}}`` (optional ``fallback`` bool, ``stats`` object); a
+            key value that is not an int or a string; two metadata items; a duplicate key.
+    """
+
+    def bad(reason: str) -> ConfigFileError:
+        return ConfigFileError(f"{source}: {reason}")
+
+    if not isinstance(data, list):
+        raise bad(f"expected a JSON list of entries, got {type(data).__name__}")
+    metadata: dict[str, Any] | None = None
+    entries: dict[KeyId, ConfigEntry] = {}
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise bad(f"entry {i} is {type(item).__name__}, not an object")
+        if METADATA in item:
+            if set(item) != {METADATA} or not isinstance(item[METADATA], dict):
+                raise bad(f'entry {i}: "_metadata" must be the only field and an object')
+            if metadata is not None:
+                raise bad(f'entry {i}: a second "_metadata" entry')
+            metadata = dict(item[METADATA])
+            continue
+        extra = set(item) - {"key", "config", "fallback", "stats"}
+        if extra or "key" not in item or "config" not in item:
+            raise bad(
+                f'entry {i} must be {{"key": {{...}}, "config": {{...}}}} (optional "fallback", "stats"); '
+                f"got fields {sorted(item)}"
+            )
+        key, config = item["key"], item["config"]
+        if not isinstance(key, dict) or not all(
+            isinstance(n, str) and _is_key_value(v) for n, v in key.items()
+        ):
+            raise bad(f"entry {i}: key must be an object of int or string values; got {key!r}")
+        if not isinstance(config, dict):
+            raise bad(f"entry {i}: config must be an object; got {type(config).__name__}")
+        fallback = item.get("fallback", False)
+        if not isinstance(fallback, bool):
+            raise bad(f"entry {i}: fallback must be true or false; got {fallback!r}")
+        stats = item.get("stats", {})
+        if not isinstance(stats, dict):
+            raise bad(f"entry {i}: stats must be an object; got {type(stats).__name__}")
+        entry = ConfigEntry(dict(key), dict(config), fallback, dict(stats))
+        if entry.id in entries:
+            raise bad(f"entry {i}: duplicate key {key!r}")
+        entries[entry.id] = entry
+    return ConfigFile(None, metadata or {}, entries)
+
+
+def read_config_file(path: str | os.PathLike) -> ConfigFile:
+    """Strictly read one config file (no metadata checks). Raises :class:`ConfigFileError`
+    (unreadable, not JSON, wrong shape) naming the file; ``FileNotFoundError`` if it is missing."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"{path}: cannot read ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigFileError(f"{path}: not valid JSON ({exc})") from None
+    cf = parse_config_json(data, str(path))
+    cf.path = path
+    return cf
+
+
+def installed_helion_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("helion")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def metadata_mismatch(metadata: Mapping[str, Any], gpu: str | None, helion_version: str | None) -> str | None:
+    """Why a file with ``metadata`` does not fit ``gpu`` (the file's canonical GPU name) and the
+    installed ``helion_version``, or None when it fits (missing fields are not checked)."""
+    file_gpu = metadata.get("gpu")
+    if gpu is not None and file_gpu is not None:
+        fits = isinstance(file_gpu, str) and (file_gpu == gpu or file_gpu.startswith(gpu + "_"))
+        if not fits:
+            return f"tuned on GPU {file_gpu!r}, not {gpu!r}"
+    file_helion = metadata.get("helion")
+    if helion_version is not None and file_helion is not None and file_helion != helion_version:
+        return f"tuned with helion {file_helion}, installed helion is {helion_version}"
+    return None
+
+
+def load_config_file(
+    path: str | os.PathLike, *, gpu: str | None = None, helion_version: str | None = None
+) -> ConfigFile | None:
+    """Read ``path`` for use at run time, or None (after ONE warning naming the file and why) when
+    it is unreadable, malformed, or its metadata names another GPU or helion version.
+
+    ``gpu`` defaults to the file name (``nvidia_h200.json`` -> ``nvidia_h200``); ``helion_version``
+    to the installed helion's. A missing file returns None without a warning. Never raises."""
+    path = Path(path)
+    try:
+        cf = read_config_file(path)
+    except FileNotFoundError:
+        return None
+    except ConfigFileError as exc:
+        logger.warning("hl: ignoring tuned-config file %s", exc)
+        return None
+    except Exception as exc:  # never fail a model run because of a config file
+        logger.warning("hl: ignoring tuned-config file %s: %s: %s", path, type(exc).__name__, exc)
+        return None
+    reason = metadata_mismatch(
+        cf.metadata,
+        gpu if gpu is not None else path.stem,
+        helion_version if helion_version is not None else installed_helion_version(),
+    )
+    if reason:
+        logger.warning("hl: ignoring tuned-config file %s: %s", path, reason)
+        return None
+    return cf
+
+
+def config_file_path(kernel: str, gpu: str, root: str | os.PathLike | None = None) -> Path:
+    """``<root>/<kernel>/<canonical gpu>.json``; ``root`` defaults to :func:`hlcore.configs.config_dir`."""
+    if root is None:
+        from hlcore.configs import config_dir
+
+        root = config_dir()
+    return Path(root) / kernel / f"{canonical_gpu_name(gpu)}.json"
+
+
+def find_configs(kernel: str, gpu: str, root: str | os.PathLike | None = None) -> ConfigFile | None:
+    """The first usable file among :func:`gpu_name_candidates` (exact variant, then family) for
+    ``kernel`` under ``root``; None if there is none (each rejected file warned about once)."""
+    for name in gpu_name_candidates(gpu):
+        cf = load_config_file(config_file_path(kernel, name, root), gpu=name)
+        if cf is not None:
+            return cf
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+def write_json_atomic(path: str | os.PathLike, data: object) -> None:
+    """Write ``data`` as JSON (sorted keys, indent 2, trailing newline) to a temporary file beside
+    ``path``, then ``os.replace`` it into place; on any error the temporary file is removed and
+    ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_config_file(
+    path: str | os.PathLike,
+    entries: Iterable[ConfigEntry],
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    merge: bool = True,
+) -> ConfigFile:
+    """Write ``entries`` (and ``metadata``) to ``path``, merged into the file already there unless
+    ``merge`` is False: same keys are replaced, other keys kept, metadata fields updated.
+
+    Raises :class:`ConfigFileError` when merging into an existing file that is not a valid config
+    file (it is left untouched rather than overwritten). Returns what was written."""
+    path = Path(path)
+    current = ConfigFile(path, {}, {})
+    if merge and path.exists():
+        current = read_config_file(path)
+        current.path = path
+    for entry in entries:
+        current.entries[entry.id] = entry
+    if metadata:
+        current.metadata.update(metadata)
+    data = current.to_json()
+    parse_config_json(data, str(path))  # never write a file the reader would reject
+    write_json_atomic(path, data)
+    return current

@@ -1,0 +1,165 @@
+"""hlcore.config_store: file format, validation, merge, atomic writes, canonical GPU names."""
+
+import json
+import logging
+import os
+
+import pytest
+
+from hlcore import config_store as cs
+from hlcore.config_store import ConfigEntry
+
+CFG = {"block_sizes": [16, 64, 128], "num_warps": 4, "num_stages": 2, "split_k": 4, "swap_ab": True}
+META = {"gpu": "nvidia_h200", "helion": "1.5.0", "seed": 0}
+
+
+def _entry(n, k, m, fmt="fp8_dynamic", **config):
+    return ConfigEntry(cs.scaled_mm_key(fmt, n, k, m), {**CFG, **config})
+
+
+def _warnings(caplog):
+    return [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("NVIDIA H200", "nvidia_h200"),
+        ("nvidia_h200", "nvidia_h200"),
+        ("NVIDIA H100 80GB HBM3", "nvidia_h100_sxm"),
+        ("NVIDIA H100 SXM5 80GB", "nvidia_h100_sxm"),
+        ("NVIDIA H100 PCIe", "nvidia_h100_pcie"),
+        ("NVIDIA H100 NVL", "nvidia_h100_nvl"),
+        ("NVIDIA A100-SXM4-80GB", "nvidia_a100_sxm"),
+        ("NVIDIA H200 NVL", "nvidia_h200_nvl"),
+    ],
+)
+def test_canonical_gpu_name(raw, canonical):
+    assert cs.canonical_gpu_name(raw) == canonical
+
+
+def test_gpu_name_candidates_exact_variant_then_family():
+    assert cs.gpu_name_candidates("NVIDIA H100 80GB HBM3") == ["nvidia_h100_sxm", "nvidia_h100"]
+    assert cs.gpu_name_candidates("NVIDIA H100 PCIe") == ["nvidia_h100_pcie", "nvidia_h100"]
+    assert cs.gpu_name_candidates("NVIDIA H200") == ["nvidia_h200"]
+    with pytest.raises(ValueError, match="empty"):
+        cs.canonical_gpu_name("  ")
+
+
+def test_round_trip_and_file_layout(tmp_path):
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    default = ConfigEntry({}, CFG)
+    tuned = [_entry(6144, 4096, m) for m in (32, 1, 8)]
+    marked = ConfigEntry(cs.scaled_mm_key("w8a8_int8", 4096, 4096, 1), CFG, True, {"helion_us": 9.5})
+    cs.save_config_file(path, [*tuned, default, marked], META)
+
+    text = path.read_text()
+    assert text.endswith("}\n]\n")
+    data = json.loads(text)
+    assert text == json.dumps(data, indent=2, sort_keys=True) + "\n"  # sorted keys, indent 2
+    assert data[0] == {"_metadata": META}
+    assert data[1] == {"key": {}, "config": CFG}  # default first, then keys in numeric order
+    assert [d["key"].get("m") for d in data[2:5]] == [1, 8, 32]
+    assert data[-1]["fallback"] is True and data[-1]["stats"] == {"helion_us": 9.5}
+    assert "fallback" not in data[2]
+
+    cf = cs.read_config_file(path)
+    assert cf.metadata == META
+    assert cf.default == default
+    assert cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 8)) == tuned[2]
+    assert cf.get(cs.scaled_mm_key("w8a8_int8", 4096, 4096, 1)).fallback
+    assert len(cf.entries) == 5
+    # what the loader accepts for this GPU and helion version
+    loaded = cs.load_config_file(path, helion_version="1.5.0")
+    assert loaded is not None and loaded.entries == cf.entries
+
+
+def test_merge_on_save_replaces_same_keys_keeps_others(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    cs.save_config_file(path, [_entry(6144, 4096, 1), _entry(6144, 4096, 2)], {**META, "seed": 1})
+    cs.save_config_file(path, [_entry(6144, 4096, 2, num_warps=8), _entry(4096, 4096, 1)], {"seed": 7})
+    cf = cs.read_config_file(path)
+    assert len(cf.entries) == 3
+    assert cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 2)).config["num_warps"] == 8
+    assert cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1)).config["num_warps"] == 4
+    assert cf.metadata == {**META, "seed": 7}
+    cs.save_config_file(path, [_entry(1, 1, 1)], merge=False)
+    assert list(cs.read_config_file(path).entries) == [_entry(1, 1, 1).id]
+
+
+def test_atomic_write_leaves_old_file_and_no_temp_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "nvidia_h200.json"
+    cs.save_config_file(path, [_entry(6144, 4096, 1)], META)
+    before = path.read_text()
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cs.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        cs.save_config_file(path, [_entry(6144, 4096, 2)], META)
+    assert path.read_text() == before
+    assert os.listdir(tmp_path) == ["nvidia_h200.json"]  # the temporary file was removed
+    # a value JSON cannot hold is refused before anything is written
+    monkeypatch.undo()
+    with pytest.raises(ValueError):
+        cs.save_config_file(path, [_entry(6144, 4096, 2, x=float("nan"))], META)
+    assert path.read_text() == before
+    assert os.listdir(tmp_path) == ["nvidia_h200.json"]
+
+
+def test_save_refuses_to_merge_into_a_corrupt_file(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    path.write_text("{not json")
+    with pytest.raises(cs.ConfigFileError, match="not valid JSON"):
+        cs.save_config_file(path, [_entry(1, 1, 1)])
+    assert path.read_text() == "{not json"
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"key": {}, "config": {}}', "expected a JSON list"),
+        ("[1]", "entry 0 is int"),
+        ('[{"key": {}}]', "entry 0 must be"),
+        ('[{"key": {"n": 1.5}, "config": {}}]', "key must be an object of int or string"),
+        ('[{"key": {"n": true}, "config": {}}]', "key must be an object of int or string"),
+        ('[{"key": {}, "config": []}]', "config must be an object"),
+        ('[{"key": {}, "config": {}, "fallback": "yes"}]', "fallback must be"),
+        ('[{"key": {}, "config": {}}, {"key": {}, "config": {}}]', "duplicate key"),
+        ('[{"_metadata": {}}, {"_metadata": {}}]', "second"),
+        ('[{"_metadata": {"gpu": "nvidia_h100"}}]', "tuned on GPU 'nvidia_h100', not 'nvidia_h200'"),
+        ('[{"_metadata": {"helion": "0.9.0"}}]', "tuned with helion 0.9.0, installed helion is 1.5.0"),
+    ],
+)
+def test_bad_file_rejected_with_exactly_one_warning(tmp_path, caplog, content, reason):
+    path = tmp_path / "nvidia_h200.json"
+    path.write_text(content)
+    with caplog.at_level(logging.WARNING):
+        assert cs.load_config_file(path, helion_version="1.5.0") is None
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1, [w.getMessage() for w in warnings]
+    message = warnings[0].getMessage()
+    assert str(path) in message and reason in message
+
+
+def test_family_file_accepts_variant_metadata_and_missing_file_is_silent(tmp_path, caplog):
+    path = tmp_path / "nvidia_h100.json"
+    cs.save_config_file(path, [_entry(1, 1, 1)], {"gpu": "nvidia_h100_sxm", "helion": "1.5.0"})
+    with caplog.at_level(logging.WARNING):
+        assert cs.load_config_file(path, helion_version="1.5.0") is not None
+        assert cs.load_config_file(tmp_path / "nvidia_b200.json") is None
+    assert _warnings(caplog) == []
+
+
+def test_find_configs_exact_variant_then_family(tmp_path):
+    family = cs.config_file_path("scaled_mm", "nvidia_h100", tmp_path)
+    cs.save_config_file(family, [_entry(1, 1, 1)], {"gpu": "nvidia_h100"})
+    found = cs.find_configs("scaled_mm", "NVIDIA H100 80GB HBM3", tmp_path)
+    assert found is not None and found.path == family
+    exact = cs.config_file_path("scaled_mm", "nvidia_h100_sxm", tmp_path)
+    cs.save_config_file(exact, [_entry(2, 2, 2)], {"gpu": "nvidia_h100_sxm"})
+    assert cs.find_configs("scaled_mm", "NVIDIA H100 80GB HBM3", tmp_path).path == exact
+    assert cs.find_configs("scaled_mm", "NVIDIA H100 PCIe", tmp_path).path == family
+    assert cs.find_configs("scaled_mm", "NVIDIA H200", tmp_path) is None
