@@ -1,4 +1,5 @@
-"""``hltools`` command line: ``hltools validate`` (correctness and speed of every linear shape).
+"""``hltools`` command line: ``hltools validate`` (correctness and speed of every linear shape) and
+``hltools autotune`` (tuned configs for a model's shapes on this GPU).
 
 Heavy imports (torch, helion, vLLM) happen inside the commands, so ``--help`` is fast and
 ``TRITON_INTERPRET`` can be set before Triton is imported.
@@ -10,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from rich.table import Table
 from hltools.shapes import linear_shapes, list_models, load_model_config
 
 app = typer.Typer(
-    help="Tools for hl: validate (and later autotune, bench) Helion kernels on a model's shapes.",
+    help="Tools for hl: validate and autotune (later bench) Helion kernels on a model's shapes.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
@@ -308,4 +310,236 @@ def validate(
                 helion_interpret,
             )
             console.print(f"  {cmd}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+class Effort(StrEnum):
+    quick = "quick"
+    full = "full"
+
+
+def _parse_ints(text: str, option: str) -> list[int]:
+    try:
+        return _parse_tokens(text)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(exc.message, param_hint=option) from None
+
+
+def _default_output() -> Path:
+    raw = os.environ.get("HL_CONFIG_DIR", "").strip()
+    return Path(raw).expanduser() if raw else Path("hl-configs")
+
+
+@app.command()
+def autotune(
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Embedded model name (see `hltools validate --list-models`; an HF id such as Qwen/Qwen3-8B "
+            "matches by its last part; nothing is downloaded), or a path to a config.json or its folder."
+        ),
+    ],
+    formats: Annotated[
+        str, typer.Option(help="Comma-separated formats: fp8_dynamic, w8a8_int8, block_fp8.")
+    ] = "fp8_dynamic",
+    tp: Annotated[
+        str, typer.Option(help="Comma-separated tensor-parallel sizes (N/tp column-, K/tp row-parallel).")
+    ] = "1",
+    num_tokens: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated M values; default 1,2,4,8,16,24,32, plus vLLM's capture sizes up to "
+            "HL_MAX_HELION_SIZE when that is above 32."
+        ),
+    ] = None,
+    effort: Annotated[Effort, typer.Option(help="Helion autotune effort per key.")] = Effort.quick,
+    budget_minutes: Annotated[
+        float | None,
+        typer.Option(
+            min=0, help="Wall-clock budget for the whole run; keys left over resume on the next run."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the search and of the generated inputs.")] = 0,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Config directory written as <output>/scaled_mm/<gpu>.json; default $HL_CONFIG_DIR, else "
+            "./hl-configs (use `--output configs` in a checkout to update the shipped configs)."
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Retune keys that are already in the file.")] = False,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Print the keys (and which are done) and exit; needs no GPU.")
+    ] = False,
+) -> None:
+    """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
+
+    For each key: Helion's autotuner (default config seeded into the search, candidates checked
+    against the fp32 reference, CUDA-graph benchmarking), then a check of the result against the
+    reference and a timing against the default config and vLLM's kernel for the format (a key where
+    vLLM's kernel is faster is saved with "fallback": true). Each key is saved as soon as it is done;
+    rerunning resumes, --force retunes. Needs a CUDA GPU (except --list). Exits 1 if a key failed.
+    """
+    from hltools import autotune as at
+
+    console = _console()
+    try:
+        config = load_model_config(model)
+    except (ValueError, FileNotFoundError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model") from None
+    fmts = [f for f in formats.replace(" ", "").split(",") if f]
+    tps = _parse_ints(tp, "--tp")
+    if num_tokens is None:
+        from hlvllm.settings import get_settings
+
+        try:
+            tokens = at.decode_num_tokens(get_settings().max_helion_size)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="HL_MAX_HELION_SIZE") from None
+    else:
+        tokens = _parse_ints(num_tokens, "--num-tokens")
+    try:
+        keys = at.build_keys(config, fmts, tps, tokens)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--formats/--tp") from None
+    output = output if output is not None else _default_output()
+
+    backend = None if list_ else at.gpu_backend()
+    if list_:
+        import torch
+
+        gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        path = at.output_path(output, gpu_name) if gpu_name else None
+        try:
+            done = at.done_keys(at.load_existing(path)) if path else set()
+        except at.AutotuneError as exc:
+            console.print(f"[yellow]{exc}")
+            done = set()
+        table = Table(title=f"autotune keys for {model} (tp {','.join(map(str, tps))})")
+        for col in ("format", "N", "K", "M", "layers", "status"):
+            table.add_column(col, justify="right" if col in ("N", "K", "M") else "left")
+        for row in at.keys_table_rows(keys, done):
+            table.add_row(*row)
+        console.print(table)
+        where = (
+            f" in {path}" if path else " (no GPU: the file is named after the GPU, so nothing is marked done)"
+        )
+        console.print(f"{len(keys)} keys, {sum(at._kid(k) in done for k in keys)} done{where}")
+        return
+    if backend is None:
+        console.print(
+            "[bold red]hltools autotune needs a CUDA GPU[/] (Helion's autotuner compiles and times every "
+            "candidate on the device); none was found. `hltools autotune --list ...` prints the keys without one.",
+        )
+        raise typer.Exit(2)
+    gpu_name, tune, check = backend
+    path = at.output_path(output, gpu_name)
+    parts = [
+        "hltools",
+        "autotune",
+        "--model",
+        model,
+        "--formats",
+        ",".join(fmts),
+        "--tp",
+        ",".join(map(str, tps)),
+    ]
+    parts += ["--num-tokens", ",".join(map(str, tokens)), "--effort", effort.value, "--seed", str(seed)]
+    parts += ["--output", str(output)]
+    if budget_minutes is not None:
+        parts += ["--budget-minutes", f"{budget_minutes:g}"]
+    command = shlex.join(parts)  # without --force: a rerun resumes
+    meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
+    meta["commit"] = _git_commit()
+    at.apply_benchmark_env()
+    console.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+    def on_start(key) -> None:
+        progress.update(task, description=f"tuning {key.label}")
+
+    def on_done(status) -> None:
+        r = status.result
+        if status.status == "tuned":
+            line = (
+                f"[green]tuned[/] {status.key.label} in {status.seconds:.0f} s: {_fmt(r.helion_us, '.1f')} µs"
+            )
+            line += f" (default {_fmt(r.default_us, '.1f')}, {r.fallback_name or 'vLLM'} {_fmt(r.fallback_us, '.1f')})"
+            if r.fallback:
+                line += " [yellow]slower than vLLM's kernel: marked fallback"
+        elif status.status == "failed":
+            line = f"[bold red]FAILED[/] {status.key.label}: {status.message}"
+        else:
+            line = f"[dim]{status.status}[/] {status.key.label}: {status.message}"
+        progress.console.print(line, highlight=False)
+        progress.advance(task)
+
+    budget = None if budget_minutes is None else budget_minutes * 60
+    options = at.TuneOptions(effort=effort.value, seed=seed)
+    with progress:
+        task = progress.add_task("autotune", total=len(keys))
+        try:
+            summary = at.run_autotune(
+                keys,
+                path,
+                tune=tune,
+                check=check,
+                metadata=meta,
+                options=options,
+                force=force,
+                budget_seconds=budget,
+                on_start=on_start,
+                on_done=on_done,
+            )
+        except at.AutotuneError as exc:
+            console.print(f"[bold red]{exc}")
+            raise typer.Exit(2) from None
+
+    table = Table(title=f"autotune summary ({path})")
+    for col in ("format", "N", "K", "M", "status", "Helion µs", "default µs", "vLLM µs", "speedup", "note"):
+        table.add_column(col, justify="left" if col in ("format", "status", "note") else "right")
+    for s in summary.statuses:
+        r = s.result
+        speedup = r.fallback_us / r.helion_us if r and r.fallback_us and r.helion_us else None
+        status = s.status + (" (fallback)" if r and r.fallback and s.status == "tuned" else "")
+        table.add_row(
+            s.key.fmt,
+            str(s.key.n),
+            str(s.key.k),
+            str(s.key.m),
+            status,
+            _fmt(r.helion_us if r else None, ".1f"),
+            _fmt(r.default_us if r else None, ".1f"),
+            _fmt(r.fallback_us if r else None, ".1f"),
+            _fmt(speedup, ".2f"),
+            s.message,
+        )
+    console.print(table)
+    counts = ", ".join(f"{summary.count(c)} {c}" for c in ("tuned", "skipped", "failed", "not run"))
+    console.print(f"{counts} -> {path}", style="bold red" if summary.failed else "bold green")
+    if summary.count("not run"):
+        console.print("budget spent: rerun the same command to resume", style="yellow")
+    if summary.failed:
+        console.print(
+            "rerun the same command to retry the failed keys (done keys are skipped):", style="bold"
+        )
+        console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)

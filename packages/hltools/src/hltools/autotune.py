@@ -1,0 +1,482 @@
+"""``hltools autotune``: tune the scaled GEMM for every (format, N, K, M) a model dispatches.
+
+Keys (design.md §4): every linear (N, K) of the model (:func:`hltools.shapes.linear_shapes`, for each
+tensor-parallel size: N/tp column-parallel, K/tp row-parallel) x num_tokens M (the CUDA-graph decode
+sizes 1, 2, 4, 8, 16, 24, 32; with ``HL_MAX_HELION_SIZE`` above 32 also vLLM's larger capture sizes
+up to it: 40, 48, ...) x format. Duplicates (the same shape from two layers or TP sizes) are tuned once.
+
+For each key, :func:`run_autotune` calls
+
+1. a *tuner* ``tune(key, options) -> config dict`` (on a GPU :func:`helion_tuner`: Helion's
+   autotuner on ``hlcore.scaled_mm.scaled_mm_kernel()``, the heuristic default config seeded into
+   the search, candidates checked against the fp32 reference, CUDA-graph benchmarking), then
+2. a *checker* ``check(key, config, options) -> CheckResult`` (on a GPU :func:`gpu_checker`: the
+   tuned config against the fp32 reference, then timed under CUDA-graph replay with rotating weights
+   against the default config and vLLM's kernel for the format; the faster of tuned and default is
+   kept, and a key where vLLM's kernel is faster is saved with ``"fallback": true``),
+
+and saves the key at once (checkpoint: :func:`hlcore.config_store.save_config_file` merges and
+writes atomically). A rerun skips keys already in the file (``force`` retunes them); a failing key
+is reported, not saved, and retried by the next run. Both functions are parameters so that the
+resume/force/failure logic runs without a GPU in tests.
+
+This module imports torch, helion and vLLM only inside the GPU functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+from hlcore.config_store import (
+    SCALED_MM_KERNEL,
+    ConfigEntry,
+    ConfigFile,
+    canonical_gpu_name,
+    config_file_path,
+    installed_helion_version,
+    metadata_mismatch,
+    read_config_file,
+    save_config_file,
+    scaled_mm_key,
+)
+from hlcore.scaled_mm_config import check_scaled_mm_config
+from hltools.shapes import linear_shapes
+
+FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
+DEFAULT_NUM_TOKENS = (1, 2, 4, 8, 16, 24, 32)
+EFFORTS = ("quick", "full")
+
+
+class AutotuneError(RuntimeError):
+    """A run that cannot start (e.g. the output file belongs to another GPU or helion version)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------------------------
+def cuda_graph_sizes(max_size: int) -> list[int]:
+    """vLLM's default CUDA-graph capture sizes up to ``max_size``: 1, 2, 4, then every multiple of
+    8 up to 256, then every multiple of 16."""
+    sizes = [1, 2, 4, *range(8, 257, 8), *range(272, max(max_size, 272) + 1, 16)]
+    return [s for s in sizes if s <= max_size]
+
+
+def decode_num_tokens(max_helion_size: int | None = None) -> list[int]:
+    """The num_tokens to tune: 1, 2, 4, 8, 16, 24, 32, or the capture sizes up to
+    ``max_helion_size`` when that is larger than 32."""
+    if max_helion_size is not None and max_helion_size > 32:
+        return cuda_graph_sizes(max_helion_size)
+    return list(DEFAULT_NUM_TOKENS)
+
+
+@dataclass(frozen=True)
+class TuneKey:
+    """One tuned shape; ``layers`` says where it comes from (e.g. ``("qkv tp1", "o tp2")``)."""
+
+    fmt: str
+    n: int
+    k: int
+    m: int
+    layers: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> dict[str, int | str]:
+        return scaled_mm_key(self.fmt, self.n, self.k, self.m)
+
+    @property
+    def label(self) -> str:
+        return f"{self.fmt} N={self.n} K={self.k} M={self.m}"
+
+
+def build_keys(
+    model_config: dict[str, Any], formats: Sequence[str], tps: Sequence[int], num_tokens: Sequence[int]
+) -> list[TuneKey]:
+    """Every (format, N, K, M) of the model for these TP sizes, format-major, then shapes in the
+    order of :func:`linear_shapes` over ascending TP, then M; each once. Raises ``ValueError`` for
+    an unknown format or a TP size the model cannot be split by."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown format(s) {unknown}; choose from {list(FORMATS)}")
+    shapes: dict[tuple[int, int], list[str]] = {}
+    for tp in sorted(dict.fromkeys(tps)):
+        for s in linear_shapes(model_config, tp=tp):
+            shapes.setdefault((s.n, s.k), []).append(f"{s.name} tp{tp}")
+    return [
+        TuneKey(fmt, n, k, m, tuple(layers))
+        for fmt in dict.fromkeys(formats)
+        for (n, k), layers in shapes.items()
+        for m in sorted(dict.fromkeys(num_tokens))
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Tuning loop
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TuneOptions:
+    effort: str = "quick"
+    seed: int = 0
+    budget_seconds: int | None = None  # for this key's search (Helion's autotune_budget_seconds)
+
+
+@dataclass
+class CheckResult:
+    """What the checker found for one tuned config. ``config`` is what gets saved (the tuned
+    config, or the default when that was faster); ``fallback``: vLLM's kernel was faster."""
+
+    passed: bool
+    config: dict[str, Any]
+    rel_err: float | None = None
+    helion_us: float | None = None
+    default_us: float | None = None
+    fallback_us: float | None = None
+    fallback_name: str | None = None
+    fallback: bool = False
+    note: str = ""
+
+    def slower_than_fallback(self) -> bool:
+        """Helion's time is above vLLM's kernel's (False when either was not measured)."""
+        return (
+            self.helion_us is not None and self.fallback_us is not None and self.helion_us > self.fallback_us
+        )
+
+    def stats(self) -> dict[str, Any]:
+        out = {
+            "rel_err": self.rel_err,
+            "helion_us": self.helion_us,
+            "default_us": self.default_us,
+            "fallback_us": self.fallback_us,
+            "fallback_kernel": self.fallback_name,
+        }
+        return {
+            k: v for k, v in out.items() if v is not None and not (isinstance(v, float) and math.isnan(v))
+        }
+
+
+Tuner = Callable[[TuneKey, TuneOptions], dict[str, Any]]
+Checker = Callable[[TuneKey, dict[str, Any], TuneOptions], CheckResult]
+
+
+@dataclass
+class KeyStatus:
+    """``status``: ``tuned``, ``skipped`` (already in the file), ``failed`` or ``not run`` (budget)."""
+
+    key: TuneKey
+    status: str
+    seconds: float = 0.0
+    result: CheckResult | None = None
+    message: str = ""
+
+
+@dataclass
+class RunSummary:
+    path: Path
+    statuses: list[KeyStatus] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(s.status == status for s in self.statuses)
+
+    @property
+    def failed(self) -> list[KeyStatus]:
+        return [s for s in self.statuses if s.status == "failed"]
+
+
+def load_existing(path: Path) -> ConfigFile | None:
+    """The file at ``path`` (strict: a corrupt file raises :class:`AutotuneError`), or None."""
+    if not path.exists():
+        return None
+    try:
+        return read_config_file(path)
+    except ValueError as exc:
+        raise AutotuneError(f"{exc}; fix or move it away (or pick another --output)") from None
+
+
+def done_keys(existing: ConfigFile | None) -> set:
+    return set() if existing is None else set(existing.entries)
+
+
+def run_autotune(
+    keys: Sequence[TuneKey],
+    path: Path,
+    *,
+    tune: Tuner,
+    check: Checker,
+    metadata: dict[str, Any],
+    options: TuneOptions = TuneOptions(),
+    force: bool = False,
+    budget_seconds: float | None = None,
+    on_start: Callable[[TuneKey], None] | None = None,
+    on_done: Callable[[KeyStatus], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> RunSummary:
+    """Tune ``keys`` into ``path`` (see the module docstring), saving after each key.
+
+    ``metadata`` (``gpu``, ``helion`` and the provenance fields) is written with every save. An
+    existing file whose metadata names another GPU or helion version raises :class:`AutotuneError`
+    unless ``force`` (then the file is started afresh). ``budget_seconds`` bounds the whole run:
+    each key's search gets an equal share of what is left, and keys not started in time are
+    ``not run`` (a rerun resumes). Exceptions from ``tune``/``check`` mark that key ``failed``."""
+    existing = load_existing(path)
+    fresh = False
+    if existing is not None:
+        reason = metadata_mismatch(existing.metadata, metadata.get("gpu"), metadata.get("helion"))
+        if reason and not force:
+            raise AutotuneError(
+                f"{path}: {reason}; rerun with --force to retune and replace it (or pick another --output)"
+            )
+        fresh = bool(reason)
+    done = set() if force else done_keys(existing)
+    summary = RunSummary(path)
+    deadline = None if budget_seconds is None else clock() + budget_seconds
+    left = sum(1 for k in keys if force or _kid(k) not in done)  # keys still to tune
+    for key in keys:
+        if not force and _kid(key) in done:
+            status = KeyStatus(key, "skipped", message="already tuned")
+            summary.statuses.append(status)
+            if on_done:
+                on_done(status)
+            continue
+        opts = options
+        if deadline is not None:
+            remaining = deadline - clock()
+            if remaining <= 0:
+                status = KeyStatus(key, "not run", message="budget spent; rerun to resume")
+                summary.statuses.append(status)
+                left -= 1
+                if on_done:
+                    on_done(status)
+                continue
+            opts = TuneOptions(options.effort, options.seed, max(1, int(remaining / max(left, 1))))
+        if on_start:
+            on_start(key)
+        start = clock()
+        status = _tune_one(key, tune, check, opts)
+        status.seconds = clock() - start
+        left -= 1
+        if status.status == "tuned":
+            result = status.result
+            result.fallback = result.fallback or result.slower_than_fallback()
+            entry = ConfigEntry(key.key, result.config, result.fallback, result.stats())
+            save_config_file(path, [entry], metadata, merge=not fresh)
+            fresh = False
+        summary.statuses.append(status)
+        if on_done:
+            on_done(status)
+    return summary
+
+
+def _kid(key: TuneKey):
+    return tuple(sorted(key.key.items()))
+
+
+def _tune_one(key: TuneKey, tune: Tuner, check: Checker, options: TuneOptions) -> KeyStatus:
+    try:
+        config = tune(key, options)
+    except Exception as exc:
+        return KeyStatus(key, "failed", message=f"tuning raised {type(exc).__name__}: {exc}"[:300])
+    reason = check_scaled_mm_config(config)
+    if reason:
+        return KeyStatus(key, "failed", message=f"tuned config is not usable: {reason}"[:300])
+    try:
+        result = check(key, config, options)
+    except Exception as exc:
+        return KeyStatus(key, "failed", message=f"check raised {type(exc).__name__}: {exc}"[:300])
+    if not result.passed:
+        return KeyStatus(key, "failed", result=result, message=result.note or "wrong result vs the reference")
+    return KeyStatus(key, "tuned", result=result, message=result.note)
+
+
+# --------------------------------------------------------------------------------------------
+# Provenance
+# --------------------------------------------------------------------------------------------
+def versions() -> dict[str, str]:
+    out = {}
+    for dist in ("torch", "triton", "helion", "vllm", "hlcore", "hltools"):
+        with contextlib.suppress(importlib_metadata.PackageNotFoundError):
+            out[dist] = importlib_metadata.version(dist)
+    return out
+
+
+def provenance(gpu_name: str, *, command: str, seed: int, effort: str, model: str) -> dict[str, Any]:
+    """The ``_metadata`` of a tuned file: canonical and raw GPU name, versions, command, seed, date."""
+    v = versions()
+    return {
+        "gpu": canonical_gpu_name(gpu_name),
+        "gpu_name": gpu_name,
+        "helion": installed_helion_version() or v.get("helion"),
+        "triton": v.get("triton"),
+        "torch": v.get("torch"),
+        "versions": v,
+        "command": command,
+        "seed": seed,
+        "effort": effort,
+        "model": model,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def output_path(output: Path, gpu_name: str) -> Path:
+    return config_file_path(SCALED_MM_KERNEL, gpu_name, output)
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU implementations (not runnable without a CUDA GPU)
+# --------------------------------------------------------------------------------------------
+def gpu_backend() -> tuple[str, Tuner, Checker] | None:
+    """``(raw GPU name, tuner, checker)`` on a CUDA machine, else None (the CLI then exits 2)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(), helion_tuner, gpu_checker
+
+
+def _kernel_args(inputs: dict[str, Any]) -> tuple:
+    """The Helion kernel's arguments for ``generate_scaled_mm_inputs`` output (as scaled_mm passes them)."""
+    from hlcore import scaled_mm as sm
+
+    a, b = inputs["a"], inputs["b"]
+    m, n = a.shape[0], b.shape[1]
+    if inputs["block_size"] is not None:
+        return (
+            a,
+            b.t(),
+            inputs["scale_a"],
+            inputs["scale_b"],
+            inputs["bias"],
+            inputs["out_dtype"],
+            sm.BLOCK_SIZE[1],
+        )
+    return (
+        a,
+        b.t(),
+        inputs["scale_a"].reshape(m, 1),
+        inputs["scale_b"].reshape(n, 1),
+        inputs["bias"],
+        inputs["out_dtype"],
+        0,
+    )
+
+
+def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
+    """Helion's autotuner (``autotune_effort``), the heuristic default config seeded into the search
+    (``autotune_seed_configs``), candidates compared with the fp32 reference
+    (``autotune_baseline_fn`` + our relative-error tolerance), ``autotune_random_seed`` = the seed,
+    ``autotune_budget_seconds`` = this key's share of ``--budget-minutes``. The caller sets
+    ``HELION_BENCHMARK_CUDAGRAPH=1`` so candidates are timed as CUDA-graph replays."""
+    import helion
+
+    from hlcore import scaled_mm as sm
+    from hlcore.scaled_mm_config import default_scaled_mm_config
+    from hlcore.testing import rel_error, tolerance
+
+    inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)
+    tol = tolerance(key.fmt, inputs["out_dtype"])
+
+    def reference(a, b_t, scale_a, scale_b, bias, out_dtype, group_k):
+        block = sm.BLOCK_SIZE if group_k else None
+        return sm.scaled_mm_ref(a, b_t.t(), scale_a, scale_b, out_dtype, bias, block_size=block)
+
+    def accurate(actual, expected):
+        err = rel_error(actual, expected)
+        if not err <= tol:
+            raise AssertionError(f"relative error {err:.3g} > {tol:.1g} vs the fp32 reference")
+
+    kernel = sm.scaled_mm_kernel()
+    s = kernel.settings
+    s.autotune_effort = options.effort
+    s.autotune_random_seed = options.seed
+    s.autotune_budget_seconds = options.budget_seconds
+    s.autotune_seed_configs = [helion.Config(**default_scaled_mm_config(key.m, key.n, key.k))]
+    s.autotune_baseline_fn = reference
+    s.autotune_baseline_accuracy_check_fn = accurate
+    s.autotune_progress_bar = False  # ours is running
+    s.autotune_ignore_errors = True  # a candidate that fails to compile is skipped, not fatal
+    config = kernel.autotune(_kernel_args(inputs), force=True)
+    return json.loads(config.to_json())
+
+
+def _fallback_kernel(fmt: str):
+    """``(name, call(inputs) -> out)``: vLLM's kernel for ``fmt`` (CUTLASS for fp8/int8, vLLM's
+    Triton block kernel for block_fp8)."""
+    if fmt == "block_fp8":
+        from vllm.model_executor.layers.quantization.utils.fp8_utils import w8a8_triton_block_scaled_mm
+
+        def block(d):
+            return w8a8_triton_block_scaled_mm(
+                d["a"], d["b"].t(), d["scale_a"], d["scale_b"], list(d["block_size"]), d["out_dtype"]
+            )
+
+        return "vllm w8a8_triton_block_scaled_mm", block
+    from vllm import _custom_ops as ops
+
+    def cutlass(d):
+        return ops.cutlass_scaled_mm(d["a"], d["b"], d["scale_a"], d["scale_b"], d["out_dtype"], d["bias"])
+
+    return "vllm cutlass_scaled_mm", cutlass
+
+
+def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> CheckResult:
+    """Check ``config`` against the fp32 reference, then time it, the default config and vLLM's
+    kernel as CUDA-graph replays over weight copies larger than L2; keep the faster Helion config."""
+    from hlcore import scaled_mm as sm
+    from hlcore.scaled_mm_config import default_scaled_mm_config
+    from hlcore.testing import rel_error, tolerance
+    from hltools.timing import copies_for, time_graph
+
+    inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)
+    out = sm.scaled_mm(**inputs, config=config)
+    err = rel_error(out, sm.scaled_mm_ref(**inputs))
+    tol = tolerance(key.fmt, inputs["out_dtype"])
+    if not err <= tol:
+        return CheckResult(False, config, rel_err=err, note=f"relative error {err:.3g} > {tol:.1g}")
+    copies = [inputs] + [
+        sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed + i)
+        for i in range(1, copies_for(key.n * key.k))
+    ]
+
+    def timed(fn) -> float:
+        return time_graph([lambda d=d: fn(d) for d in copies]).median_us
+
+    default = default_scaled_mm_config(key.m, key.n, key.k)
+    tuned_us = timed(lambda d: sm.scaled_mm(**d, config=config))
+    default_us = timed(lambda d: sm.scaled_mm(**d, config=default))
+    best, best_us = (config, tuned_us) if tuned_us <= default_us else (default, default_us)
+    result = CheckResult(True, best, rel_err=err, helion_us=best_us, default_us=default_us)
+    if best is default:
+        result.note = (
+            f"default config faster than the tuned one ({default_us:.1f} vs {tuned_us:.1f} µs): kept"
+        )
+    try:
+        result.fallback_name, fallback = _fallback_kernel(key.fmt)
+        result.fallback_us = timed(fallback)
+        result.fallback = result.slower_than_fallback()
+    except Exception as exc:  # no vLLM kernel for this shape: Helion stays, say why
+        result.note = (result.note + "; " if result.note else "") + f"fallback timing failed: {exc}"[:200]
+    return result
+
+
+def keys_table_rows(keys: Iterable[TuneKey], done: set) -> list[tuple[str, ...]]:
+    return [
+        (k.fmt, str(k.n), str(k.k), str(k.m), ", ".join(k.layers), "done" if _kid(k) in done else "to tune")
+        for k in keys
+    ]
+
+
+def benchmark_env() -> dict[str, str]:
+    """Environment the tuning run sets (candidates timed as CUDA-graph replays)."""
+    return {"HELION_BENCHMARK_CUDAGRAPH": "1"}
+
+
+def apply_benchmark_env() -> None:
+    os.environ.update(benchmark_env())

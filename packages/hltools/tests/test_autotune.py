@@ -1,0 +1,262 @@
+"""hltools autotune without a GPU: keys (TP, num_tokens), resume/force/failure/budget logic with a
+fake tuner and checker, provenance, --list, the no-GPU exit, and the picker reading the result."""
+
+import json
+import os
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from hlcore import config_store as cs
+from hlcore import scaled_mm_config as smc
+from hlcore.scaled_mm_config import default_scaled_mm_config
+from hltools import autotune as at
+from hltools.cli import app
+from hltools.shapes import load_model_config
+
+runner = CliRunner()
+TINY = {  # qkv (768, 256) and gate_up (768, 256) coincide; o (256, 256); down (256, 384)
+    "hidden_size": 256,
+    "intermediate_size": 384,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 64,
+}
+META = {"gpu": "nvidia_h200", "helion": "1.5.0", "seed": 3}
+
+
+class FakeTuner:
+    """Counts calls; returns the heuristic config with num_warps 8 (so saved configs are recognisable)."""
+
+    def __init__(self, fail=(), clock=None, step=0.0):
+        self.calls, self.options, self.fail, self.clock, self.step = [], [], set(fail), clock, step
+
+    def __call__(self, key, options):
+        self.calls.append((key.fmt, key.n, key.k, key.m))
+        self.options.append(options)
+        if self.clock is not None:
+            self.clock.now += self.step
+        if (key.n, key.k, key.m) in self.fail:
+            raise RuntimeError("no valid config")
+        return {**default_scaled_mm_config(key.m, key.n, key.k), "num_warps": 8}
+
+
+def fake_check(key, config, options):
+    slower = key.m == 4  # pretend vLLM's kernel wins at M=4
+    return at.CheckResult(
+        True, config, rel_err=1e-3, helion_us=10.0, default_us=12.0, fallback_us=9.0 if slower else 11.0
+    )
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _keys(num_tokens=(1, 4)):
+    return at.build_keys(TINY, ["fp8_dynamic"], [1], num_tokens)
+
+
+def _entries(path):
+    return cs.read_config_file(path).entries
+
+
+# ------------------------------------------------------------------------------------------------
+# keys
+# ------------------------------------------------------------------------------------------------
+def test_build_keys_with_tp_and_duplicates():
+    keys = at.build_keys(load_model_config("qwen3-8b"), ["fp8_dynamic", "block_fp8"], [2, 1], [1, 8])
+    shapes = {(k.n, k.k) for k in keys}
+    tp1 = {(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)}
+    tp2 = {(3072, 4096), (4096, 2048), (12288, 4096), (4096, 6144)}  # N/2 column-, K/2 row-parallel
+    assert shapes == tp1 | tp2
+    assert len(keys) == 2 * 8 * 2 and len({(k.fmt, k.n, k.k, k.m) for k in keys}) == len(keys)
+    assert [k.fmt for k in keys[:16]] == ["fp8_dynamic"] * 16  # format-major
+    assert next(k for k in keys if (k.n, k.k) == (3072, 4096)).layers == ("qkv tp2",)
+    tiny = _keys()
+    assert [(k.n, k.k, k.m) for k in tiny] == [(768, 256, 1), (768, 256, 4), (256, 256, 1), (256, 256, 4)] + [
+        (256, 384, 1),
+        (256, 384, 4),
+    ]
+    assert tiny[0].layers == ("qkv tp1", "gate_up tp1")
+    with pytest.raises(ValueError, match="unknown format"):
+        at.build_keys(TINY, ["fp4"], [1], [1])
+    with pytest.raises(ValueError, match="does not divide"):
+        at.build_keys(TINY, ["fp8_dynamic"], [3], [1])
+
+
+def test_decode_num_tokens_follows_max_helion_size():
+    assert at.decode_num_tokens() == [1, 2, 4, 8, 16, 24, 32]
+    assert at.decode_num_tokens(16) == [1, 2, 4, 8, 16, 24, 32]  # only larger values extend it
+    assert at.decode_num_tokens(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert at.decode_num_tokens(300)[-4:] == [248, 256, 272, 288]
+
+
+# ------------------------------------------------------------------------------------------------
+# the tuning loop
+# ------------------------------------------------------------------------------------------------
+def test_resume_skips_done_keys_and_force_retunes(tmp_path):
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    keys = _keys()
+    tuner = FakeTuner()
+    summary = at.run_autotune(keys, path, tune=tuner, check=fake_check, metadata=META)
+    assert summary.count("tuned") == 6 and len(tuner.calls) == 6
+    entries = _entries(path)
+    assert len(entries) == 6
+    entry = entries[cs.key_id(cs.scaled_mm_key("fp8_dynamic", 768, 256, 1))]
+    assert entry.config["num_warps"] == 8 and not entry.fallback
+    assert entry.stats == {"rel_err": 1e-3, "helion_us": 10.0, "default_us": 12.0, "fallback_us": 11.0}
+    assert entries[cs.key_id(cs.scaled_mm_key("fp8_dynamic", 768, 256, 4))].fallback  # lost to vLLM
+    assert cs.read_config_file(path).metadata == META
+
+    again = FakeTuner()
+    summary = at.run_autotune([*keys, *_keys((8,))], path, tune=again, check=fake_check, metadata=META)
+    assert summary.count("skipped") == 6 and summary.count("tuned") == 3
+    assert sorted({c[3] for c in again.calls}) == [8]  # only the new keys
+    forced = FakeTuner()
+    at.run_autotune(keys, path, tune=forced, check=fake_check, metadata=META, force=True)
+    assert len(forced.calls) == 6 and len(_entries(path)) == 9
+
+
+def test_failed_key_is_reported_others_saved_and_retried_next_run(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    tuner = FakeTuner(fail={(256, 256, 4)})
+
+    def check(key, config, options):
+        if key.n == 256 and key.k == 384 and key.m == 1:
+            return at.CheckResult(False, config, rel_err=0.5, note="relative error 0.5 > 0.015")
+        return fake_check(key, config, options)
+
+    summary = at.run_autotune(_keys(), path, tune=tuner, check=check, metadata=META)
+    failed = {(s.key.n, s.key.k, s.key.m): s.message for s in summary.failed}
+    assert failed == {
+        (256, 256, 4): "tuning raised RuntimeError: no valid config",
+        (256, 384, 1): "relative error 0.5 > 0.015",
+    }
+    assert len(_entries(path)) == 4
+    retry = FakeTuner()
+    summary = at.run_autotune(_keys(), path, tune=retry, check=fake_check, metadata=META)
+    assert sorted(retry.calls) == [("fp8_dynamic", 256, 256, 4), ("fp8_dynamic", 256, 384, 1)]
+    assert not summary.failed and len(_entries(path)) == 6
+
+
+def test_invalid_tuned_config_fails_the_key(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    summary = at.run_autotune(
+        _keys((1,)), path, tune=lambda key, o: {"block_sizes": [16, 48, 128]}, check=fake_check, metadata=META
+    )
+    assert len(summary.failed) == 3 and "block_sizes" in summary.failed[0].message
+    assert not path.exists()
+
+
+def test_checkpoint_after_each_key(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    seen = []
+
+    def tune(key, options):
+        seen.append(len(_entries(path)) if path.exists() else 0)
+        return default_scaled_mm_config(key.m, key.n, key.k)
+
+    at.run_autotune(_keys(), path, tune=tune, check=fake_check, metadata=META)
+    assert seen == [0, 1, 2, 3, 4, 5]
+
+
+def test_budget_splits_time_and_leaves_keys_for_the_next_run(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    clock = Clock()
+    tuner = FakeTuner(clock=clock, step=25.0)
+    summary = at.run_autotune(
+        _keys(), path, tune=tuner, check=fake_check, metadata=META, budget_seconds=60, clock=clock
+    )
+    assert [s.status for s in summary.statuses] == ["tuned"] * 3 + ["not run"] * 3
+    assert [o.budget_seconds for o in tuner.options] == [10, 7, 2]  # 60/6, 35/5, 10/4 s
+    assert len(_entries(path)) == 3
+
+
+def test_other_gpu_or_helion_file_needs_force(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    old = cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 1, 1, 1), default_scaled_mm_config(1, 1, 1))
+    cs.save_config_file(path, [old], {"gpu": "nvidia_h200", "helion": "0.0.1"})
+    with pytest.raises(at.AutotuneError, match="tuned with helion 0.0.1.*--force"):
+        at.run_autotune(_keys(), path, tune=FakeTuner(), check=fake_check, metadata=META)
+    at.run_autotune(_keys(), path, tune=FakeTuner(), check=fake_check, metadata=META, force=True)
+    cf = cs.read_config_file(path)
+    assert cf.metadata["helion"] == "1.5.0" and old.id not in cf.entries and len(cf.entries) == 6
+    path.write_text("[")
+    with pytest.raises(at.AutotuneError, match="not valid JSON"):
+        at.run_autotune(_keys(), path, tune=FakeTuner(), check=fake_check, metadata=META)
+
+
+# ------------------------------------------------------------------------------------------------
+# the command
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_cli_no_gpu_exits_2_with_a_clear_message(no_gpu, tmp_path):
+    result = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--output", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "needs a CUDA GPU" in result.output and "--list" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_list_prints_keys_with_tp_and_max_helion_size(no_gpu, monkeypatch):
+    from hlvllm.settings import get_settings
+
+    monkeypatch.setenv("HL_MAX_HELION_SIZE", "48")
+    get_settings.cache_clear()
+    try:
+        result = runner.invoke(app, ["autotune", "--model", "Qwen/Qwen3-8B", "--tp", "1,2", "--list"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert "72 keys, 0 done" in result.output  # 8 (N, K) over TP 1 and 2 x M in 1..32, 40, 48
+    lines = result.output.splitlines()
+    assert any("3072" in ln and "4096" in ln and " 48 " in ln and "qkv tp2" in ln for ln in lines)
+    assert not any(" 56 " in ln for ln in lines)
+
+
+def test_cli_tunes_resumes_and_fails_with_a_fake_backend(tmp_path, monkeypatch):
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(TINY))
+    out = tmp_path / "out"
+    tuner = FakeTuner(fail={(256, 384, 4)})
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    args = ["autotune", "--model", str(model), "--num-tokens", "1,4", "--seed", "5", "--output", str(out)]
+
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "5 tuned, 0 skipped, 1 failed, 0 not run" in result.output
+    assert "FAILED fp8_dynamic N=256 K=384 M=4" in result.output
+    assert "rerun the same command" in result.output
+    assert "hltools autotune --model" in result.output and "--num-tokens 1,4" in result.output
+    assert os.environ["HELION_BENCHMARK_CUDAGRAPH"] == "1"
+    path = out / "scaled_mm" / "nvidia_h200.json"
+    cf = cs.read_config_file(path)
+    assert len(cf.entries) == 5
+    meta = cf.metadata
+    assert meta["gpu"] == "nvidia_h200" and meta["gpu_name"] == "NVIDIA H200" and meta["seed"] == 5
+    assert meta["helion"] == cs.installed_helion_version() and meta["torch"] and meta["triton"]
+    assert meta["effort"] == "quick" and "--seed 5" in meta["command"] and meta["date"]
+
+    tuner.fail.clear()
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "1 tuned, 5 skipped, 0 failed" in result.output
+    assert len(tuner.calls) == 7
+
+    # what the picker makes of it (HL_CONFIG_DIR = the output)
+    monkeypatch.setenv("HL_CONFIG_DIR", str(out))
+    smc.clear_scaled_mm_config_cache()
+    try:
+        pick = smc.pick_scaled_mm_config("fp8_dynamic", 3, 768, 256, gpu="NVIDIA H200")
+        assert (pick.source, pick.fallback, pick.config["num_warps"]) == ("same_shape", True, 8)
+        assert smc.pick_scaled_mm_config("fp8_dynamic", 1, 768, 256, gpu="NVIDIA H200").source == "exact"
+    finally:
+        smc.clear_scaled_mm_config_cache()
