@@ -260,3 +260,24 @@ def test_cli_tunes_resumes_and_fails_with_a_fake_backend(tmp_path, monkeypatch):
         assert smc.pick_scaled_mm_config("fp8_dynamic", 1, 768, 256, gpu="NVIDIA H200").source == "exact"
     finally:
         smc.clear_scaled_mm_config_cache()
+
+
+def test_cli_refuses_a_file_from_another_helion_without_force(tmp_path, monkeypatch):
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(TINY))
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    cs.save_config_file(path, [], {"gpu": "nvidia_h200", "helion": "0.0.1"})
+    tuner = FakeTuner()
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    args = ["autotune", "--model", str(model), "--num-tokens", "2", "--output", str(tmp_path)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "tuned with helion 0.0.1" in result.output and "--force" in result.output
+    assert tuner.calls == [] and cs.read_config_file(path).metadata["helion"] == "0.0.1"
+    result = runner.invoke(app, [*args, "--force"])
+    assert result.exit_code == 0, result.output
+    assert (
+        len(tuner.calls) == 3
+        and cs.read_config_file(path).metadata["helion"] == cs.installed_helion_version()
+    )
