@@ -105,6 +105,10 @@ def test_per_token_int8_quant(h, m, dtype, strided):
 
 @pytest.mark.parametrize("h,m,dtype,strided", CASES, ids=IDS)
 def test_per_token_group_fp8_quant(h, m, dtype, strided):
+    if not (HELION_MODE or CUDA) and h >= 4096:
+        # Triton's interpreter time grows with the group count; the hidden size only sets how many
+        # 128-groups a row has, so the large ones run at a quarter (still 8-16 groups, 1024-2048)
+        h //= 4
     x = _x(m, h, dtype, strided, seed=3 * h + m)
     q_ref, s_ref = per_token_group_fp8_quant_ref(x)
     column_major = m in (1, 32, 3) and h != 2560  # both layouts over the cases
@@ -121,9 +125,9 @@ def test_per_token_group_fp8_quant(h, m, dtype, strided):
 
 
 def test_int8_many_tokens():
-    """The one num_tokens = 1000 case, kept cheap for Triton's interpreter (hidden 64: a 1000-row
+    """The one num_tokens = 1000 case, kept cheap for Triton's interpreter (hidden 16: a 1000-row
     hidden-1000 input takes ~40 s there); int8 is exact, with the picked 4-row config."""
-    x = _x(1000, 64, torch.bfloat16, True, seed=7)
+    x = _x(1000, 16, torch.bfloat16, True, seed=7)
     q, s = per_token_int8_quant(x)
     q_ref, s_ref = per_token_int8_quant_ref(x)
     assert torch.equal(s, s_ref) and torch.equal(q, q_ref)
