@@ -144,3 +144,14 @@ def test_every_generic_row_config_is_correct():
     ref = rms_norm_ref(d["x"], d["weight"])
     for name, cfg in ROW_CONFIGS.items():
         assert_matches(rms_norm(d["x"], d["weight"], config=cfg), ref, name)
+
+
+def test_looped_reduction_config():
+    """A reduction loop narrower than the row (how hidden > 16384 runs)."""
+    cfg = {"block_sizes": [1], "reduction_loops": [64], "num_warps": 4}
+    d = generate_norm_inputs(3, 300, row_stride=320, device=DEVICE, seed=22)
+    assert_matches(rms_norm(d["x"], d["weight"], config=cfg), rms_norm_ref(d["x"], d["weight"]), "looped")
+    out, res = fused_add_rms_norm(d["x"], d["residual"], None, config=cfg)
+    out_ref, res_ref = fused_add_rms_norm_ref(d["x"], d["residual"], None)
+    assert_matches(res, res_ref, "looped residual")
+    assert_matches(out, out_ref, "looped out")

@@ -236,3 +236,14 @@ def test_every_generic_config_is_correct():
     for name, cfg in itertools.islice(GROUP_QUANT_CONFIGS.items(), None):
         q, s = per_token_group_fp8_quant(x, config=cfg)
         assert_fp8_matches(q, s, x, q_ref, s_ref, name)
+
+
+def test_looped_reduction_config():
+    """A reduction loop narrower than the row (how hidden > 16384 runs): two passes over the row."""
+    cfg = {"block_sizes": [1], "reduction_loops": [64], "num_warps": 4}
+    x = generate_quant_inputs(3, 300, device=DEVICE, seed=21)
+    q, s = per_token_int8_quant(x, config=cfg)
+    q_ref, s_ref = per_token_int8_quant_ref(x)
+    assert torch.equal(q, q_ref) and torch.equal(s, s_ref)
+    q, s = per_token_fp8_quant(x, config=cfg)
+    assert_fp8_matches(q, s, x, *per_token_fp8_quant_ref(x), "looped fp8")
