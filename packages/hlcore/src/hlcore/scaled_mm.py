@@ -37,14 +37,14 @@ the kernel reads it through ``B.t()`` (a view), so no copy happens per call.
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Mapping
 from typing import Any
 
 import helion
 import helion.language as hl
 import torch
 from helion.autotuner import BooleanFragment, PowerOfTwoFragment
+
+from hlcore.aux_configs import config_json
 
 FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -123,9 +123,9 @@ def _scaled_mm_body(
 
 
 @functools.cache
-def _kernel_for(config_json: str):
+def _kernel_for(config_text: str):
     """One ``helion.Kernel`` per config: works the same in compiled and both interpret modes."""
-    config = helion.Config.from_json(config_json)
+    config = helion.Config.from_json(config_text)
     return helion.kernel(
         _scaled_mm_body,
         config=config,
@@ -270,17 +270,6 @@ def check_scaled_mm_args(
     return fmt
 
 
-def _as_config_json(config: Any) -> str:
-    if isinstance(config, str):
-        return config
-    if isinstance(config, Mapping):
-        return json.dumps(dict(config), sort_keys=True)
-    to_json = getattr(config, "to_json", None)
-    if to_json is None:
-        raise ValueError(f"scaled_mm: config must be a helion.Config, a dict or JSON; got {type(config)}")
-    return to_json()
-
-
 def scaled_mm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -334,7 +323,7 @@ def scaled_mm(
         from hlcore.scaled_mm_config import pick_scaled_mm_config
 
         config = pick_scaled_mm_config(fmt, m, n, k, device=a.device).config_json
-    kernel = _kernel_for(_as_config_json(config))
+    kernel = _kernel_for(config_json(config, "scaled_mm"))
     if fmt == "block_fp8":
         return kernel(a, b.t(), scale_a, scale_b, bias, out_dtype, BLOCK_SIZE[1])
     return kernel(a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, out_dtype, 0)
