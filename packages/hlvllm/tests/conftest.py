@@ -26,6 +26,18 @@ def hl_env(monkeypatch):
 
 
 @pytest.fixture
+def cuda_like(hl_env):
+    """Pretend to be an SM90 CUDA platform (vLLM's block kernels then report themselves supported)."""
+    from vllm.platforms import PlatformEnum, current_platform
+    from vllm.platforms.interface import DeviceCapability
+
+    hl_env.setattr(current_platform, "_enum", PlatformEnum.CUDA)
+    hl_env.setattr(current_platform, "is_cuda", lambda: True)
+    hl_env.setattr(current_platform, "get_device_capability", lambda device_id=0: DeviceCapability(9, 0))
+    return hl_env
+
+
+@pytest.fixture
 def graphs_on_config():
     """A CPU VllmConfig whose compilation config says CUDA graphs are on (capture sizes <= 64)."""
     from vllm.config import CUDAGraphMode, DeviceConfig, VllmConfig, set_current_vllm_config

@@ -33,18 +33,6 @@ def _block_config(*, static=False, weight_group=(128, 128), out_dtype=torch.bflo
     )
 
 
-@pytest.fixture
-def cuda_like(hl_env):
-    """Pretend to be an SM90 CUDA platform (vLLM's block kernels then report themselves supported)."""
-    from vllm.platforms import PlatformEnum, current_platform
-    from vllm.platforms.interface import DeviceCapability
-
-    hl_env.setattr(current_platform, "_enum", PlatformEnum.CUDA)
-    hl_env.setattr(current_platform, "is_cuda", lambda: True)
-    hl_env.setattr(current_platform, "get_device_capability", lambda device_id=0: DeviceCapability(9, 0))
-    return hl_env
-
-
 def test_register_puts_block_kernel_first(hl_env):
     from vllm.model_executor.kernels import linear as vllm_linear
     from vllm.platforms import PlatformEnum

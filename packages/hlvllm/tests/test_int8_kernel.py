@@ -55,21 +55,16 @@ def test_int8_can_implement_reasons(hl_env, graphs_on_config):
 
 
 @pytest.mark.parametrize("m", [1, 5, 40])
-def test_int8_layer_end_to_end_on_cpu(hl_env, graphs_on_config, m):
+def test_int8_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
     """A W8A8 int8 layer processed by CUTLASS's weight code, applied through the Helion kernel (M <= 32)
     or the fallback (M = 40), equals the fp32 reference of the same quantized tensors."""
-    from vllm.platforms import current_platform
-    from vllm.platforms.interface import DeviceCapability
-
     import hlvllm.int8_kernel as int8_kernel
     import hlvllm.ops as ops
     from hlvllm import dispatch
     from hlvllm.plugin import register
 
     register()
-    hl_env.setattr(current_platform, "is_cuda", lambda: True)
-    hl_env.setattr(current_platform, "get_device_capability", lambda device_id=0: DeviceCapability(9, 0))
-    hl_env.setenv("HL_HELION_EAGER", "1")
+    cuda_like.setenv("HL_HELION_EAGER", "1")
     from hlvllm.settings import get_settings
 
     get_settings.cache_clear()
@@ -85,8 +80,8 @@ def test_int8_layer_end_to_end_on_cpu(hl_env, graphs_on_config, m):
         fallback_calls.append(a.shape[0])
         return scaled_mm_ref(a, b, scale_a, scale_b, out_dtype, bias)
 
-    hl_env.setattr(int8_kernel.vllm_ops, "scaled_int8_quant", quant)
-    hl_env.setattr(ops, "_fallback_scaled_mm", fake_cutlass)
+    cuda_like.setattr(int8_kernel.vllm_ops, "scaled_int8_quant", quant)
+    cuda_like.setattr(ops, "_fallback_scaled_mm", fake_cutlass)
 
     n, k = 48, 96
     gen = torch.Generator().manual_seed(m)
