@@ -1,122 +1,284 @@
-# ruff: noqa: B023, B007  (closures are called within their loop iteration)
-"""GPU sweep of hand-picked scaled_mm configs on Qwen3-8B decode shapes (dev tool, one H200 call).
+# ruff: noqa: B023  (closures are called within their loop iteration)
+"""GPU sweep of hand-designed scaled_mm configs (dev tool for the tuning issue, one H200 call).
 
-Prints, per (N, K, M): default-config us, best sampled config us, torch._scaled_mm us, all under
-CUDA-graph replay with rotating weights > L2. Writes every measurement to $OUT/sweep.json.
+For each (format, N, K) of SWEEP_SHAPES and each M of SWEEP_MS: every candidate config of
+``candidates()`` (plus the heuristic default) is checked against the fp32 reference and timed under
+CUDA-graph replay rotating over weight copies > 4x L2, next to vLLM's default kernel for the format.
+Compilation runs first in SWEEP_JOBS parallel worker processes (they fill Triton's on-disk cache),
+so the timing pass only loads binaries. Writes $OUT/sweep.json, prints a table (best per key) last.
+
+  SWEEP_FORMATS=fp8_dynamic SWEEP_SHAPES=6144x4096,4096x4096 SWEEP_MS=1,8,32 python ci/gpu/sweep_scaled_mm.py
 """
 
-import itertools
+from __future__ import annotations
+
 import json
+import multiprocessing as mp
 import os
-import random
+import statistics
+import sys
 import time
 
-import torch
-
-from hlcore.scaled_mm import scaled_mm, scaled_mm_ref
-from hlcore.scaled_mm_config import default_scaled_mm_config
-from hltools.timing import copies_for, copy_bandwidth_gbs, scaled_mm_bytes, time_graph
-
-BUDGET_S = float(os.environ.get("SWEEP_BUDGET_S", "330"))
-SHAPES = [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)]
+BUDGET_S = float(os.environ.get("SWEEP_BUDGET_S", "420"))
+SHAPES = [
+    tuple(int(v) for v in s.split("x"))
+    for s in os.environ.get("SWEEP_SHAPES", "6144x4096,4096x4096,24576x4096,4096x12288").split(",")
+]
+FORMATS = os.environ.get("SWEEP_FORMATS", "fp8_dynamic").split(",")
 MS = [int(x) for x in os.environ.get("SWEEP_MS", "1,8,32").split(",")]
-PER_KEY = int(os.environ.get("SWEEP_PER_KEY", "14"))
-
-random.seed(0)
-torch.manual_seed(0)
-dev = "cuda"
-bw = copy_bandwidth_gbs()
-print(f"GPU {torch.cuda.get_device_name()} copy bandwidth {bw:.0f} GB/s", flush=True)
+JOBS = int(os.environ.get("SWEEP_JOBS", "12"))
+ONLY = os.environ.get("SWEEP_ONLY")  # comma-separated candidate names
 
 
-def make(m, n, k, copies):
-    x = torch.randn(m, k, device=dev)
-    a = x.to(torch.float8_e4m3fn)
-    sa = torch.rand(m, 1, device=dev) * 0.01 + 0.001
-    ws = [torch.randn(n, k, device=dev).to(torch.float8_e4m3fn) for _ in range(copies)]
-    sb = torch.rand(n, 1, device=dev) * 0.01 + 0.001
-    return a, sa, [w.t() for w in ws], sb
+def candidates(fmt: str) -> dict[str, dict]:
+    """Named configs: split_k=1 narrow tiles (no atomics, no zero-fill launch), split-K, TMA, warps."""
+    c = {}
+
+    def add(name, bm, bn, bk, sk, swap, st, nw=4, ix=None):
+        cfg = {"block_sizes": [bm, bn, bk], "split_k": sk, "swap_ab": swap, "num_stages": st, "num_warps": nw}
+        if ix:
+            cfg["indexing"] = ix
+        c[name] = cfg
+
+    for bn in (16, 32, 64):
+        for bk in (256, 512):
+            add(f"s1_n{bn}_k{bk}", 16, bn, bk, 1, False, 4 if bk == 256 else 3)
+    add("s1_n64_k128_sw", 16, 64, 128, 1, True, 6)
+    add("s1_n128_k256_sw", 16, 128, 256, 1, True, 4)
+    add("s1_n32_k256_w2", 16, 32, 256, 1, False, 4, nw=2)
+    add("s1_n32_k256_tma", 16, 32, 256, 1, False, 4, ix="tensor_descriptor")
+    add("s1_n64_k256_sw_tma", 16, 64, 256, 1, True, 4, ix="tensor_descriptor")
+    for sk in (2, 4, 8):
+        add(f"s{sk}_n64_k128_sw", 16, 64, 128, sk, True, 4)
+        add(f"s{sk}_n128_k256_sw", 16, 128, 256, sk, True, 3)
+        add(f"s{sk}_n32_k256", 16, 32, 256, sk, False, 4)
+    add("s4_n64_k128_sw_tma", 16, 64, 128, 4, True, 4, ix="tensor_descriptor")
+    add("s4_n128_k128_sw_tma", 16, 128, 128, 4, True, 4, ix="tensor_descriptor")
+    add("s2_n32_k256_tma", 16, 32, 256, 2, False, 4, ix="tensor_descriptor")
+    if fmt == "block_fp8":  # the inner K tile is the 128 block: block_k is unused, drop duplicates
+        seen, out = set(), {}
+        for name, cfg in c.items():
+            key = json.dumps({**cfg, "block_sizes": cfg["block_sizes"][:2]}, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out[name] = cfg
+        c = out
+    if ONLY:
+        c = {k: v for k, v in c.items() if k in ONLY.split(",")}
+    return c
 
 
-def grid():
-    for bn, bk, sk, sw, ns, ix, nw in itertools.product(
-        [32, 64, 128],
-        [128, 256],
-        [1, 2, 4, 8, 16],
-        [True, False],
-        [3, 4],
-        ["pointer", "tensor_descriptor"],
-        [4],
-    ):
-        yield {
-            "block_sizes": [16, bn, bk],
-            "split_k": sk,
-            "swap_ab": sw,
-            "num_stages": ns,
-            "indexing": ix,
-            "num_warps": nw,
-        }
+def _inputs(fmt, n, k, m_max, device, copies):
+    import torch
+
+    from hlcore.scaled_mm import generate_scaled_mm_inputs
+
+    d = generate_scaled_mm_inputs(m_max, n, k, fmt=fmt, device=device, seed=0)
+    ws = [(d["b"], d["scale_b"])]
+    for i in range(copies - 1):  # more weight copies, drawn on the GPU (never zeros)
+        g = torch.Generator(device=device).manual_seed(100 + i)
+        from hlcore import quant
+
+        w = (torch.randn((n, k), generator=g, device=device) * 0.05).to(torch.bfloat16)
+        if fmt == "fp8_dynamic":
+            wq, sb = quant.per_channel_fp8_quant_ref(w)
+        elif fmt == "w8a8_int8":
+            wq, sb = quant.per_token_int8_quant_ref(w)
+        else:
+            wq, sb = quant.per_block_fp8_quant_ref(w, (128, 128))
+        ws.append((wq.t(), sb))
+    return d, ws
 
 
-ALL = list(grid())
-t0 = time.time()
-rows, results = [], []
-for n, k in SHAPES:
-    copies = copies_for(n * k)
-    for m in MS:
-        a, sa, bs, sb = make(m, n, k, copies)
-        ref = scaled_mm_ref(a, bs[0], sa, sb)
-        out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+def _compile_job(job):
+    """Worker: compile (fmt, n, k, cfg) for Triton's M specializations (1, other, multiple of 16)."""
+    fmt, n, k, cfg = job
+    try:
+        import torch
 
-        def measure(cfg):
-            try:
-                o = scaled_mm(a, bs[0], sa, sb, config=cfg)
-                err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-                if not err < 2e-2:
-                    return None, err
-                tm = time_graph([lambda b=b: scaled_mm(a, b, sa, sb, config=cfg) for b in bs], repeats=20)
-                return tm.median_us, err
-            except Exception as exc:  # noqa: BLE001
-                print("  fail", cfg, type(exc).__name__, str(exc)[:200], flush=True)
-                return None, None
+        from hlcore.scaled_mm import generate_scaled_mm_inputs, scaled_mm
 
-        dcfg = default_scaled_mm_config(m, n, k)
-        d_us, d_err = measure(dcfg)
-        cands = random.sample(ALL, min(PER_KEY, len(ALL)))
-        best = (d_us, dcfg)
-        for cfg in cands:
+        for m in (1, 8, 32):
+            d = generate_scaled_mm_inputs(m, n, k, fmt=fmt, device="cuda", seed=0)
+            scaled_mm(
+                d["a"],
+                d["b"],
+                d["scale_a"],
+                d["scale_b"],
+                torch.bfloat16,
+                block_size=d["block_size"],
+                config=cfg,
+            )
+        torch.cuda.synchronize()
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def main() -> int:
+    import torch
+
+    from hlcore.scaled_mm import scaled_mm, scaled_mm_ref
+    from hlcore.scaled_mm_config import default_scaled_mm_config
+    from hlcore.testing import rel_error, tolerance
+    from hltools.providers import provider_scale_a, vllm_default
+    from hltools.timing import copies_for, copy_bandwidth_gbs, scaled_mm_bytes, time_graph
+
+    t0 = time.time()
+    jobs = []
+    for fmt in FORMATS:
+        for n, k in SHAPES:
+            cfgs = list(candidates(fmt).values())
+            cfgs += [default_scaled_mm_config(m, n, k) for m in MS]
+            seen = set()
+            for cfg in cfgs:
+                key = json.dumps(cfg, sort_keys=True)
+                if key not in seen:
+                    seen.add(key)
+                    jobs.append((fmt, n, k, cfg))
+    compile_errors = {}
+    with mp.get_context("spawn").Pool(JOBS) as pool:
+        for job, err in zip(jobs, pool.map(_compile_job, jobs, chunksize=1), strict=True):
+            if err:
+                compile_errors[json.dumps([job[0], job[1], job[2], job[3]], sort_keys=True)] = err
+    print(
+        f"compiled {len(jobs)} (fmt, shape, config) in {time.time() - t0:.0f} s; {len(compile_errors)} failed",
+        flush=True,
+    )
+    for key, err in list(compile_errors.items())[:8]:
+        print("  compile fail", key, err, flush=True)
+
+    bw = copy_bandwidth_gbs()
+    print(f"GPU {torch.cuda.get_device_name()} copy bandwidth {bw:.0f} GB/s", flush=True)
+    results, rows = [], []
+    for fmt in FORMATS:
+        provider, call = vllm_default(fmt)
+        tol = tolerance(fmt, torch.bfloat16)
+        for n, k in SHAPES:
             if time.time() - t0 > BUDGET_S:
+                print("budget reached", flush=True)
                 break
-            us, err = measure(cfg)
-            results.append({"n": n, "k": k, "m": m, "config": cfg, "us": us, "err": err})
-            if us is not None and (best[0] is None or us < best[0]):
-                best = (us, cfg)
-        try:
-            ts = time_graph(
-                [
-                    lambda b=b: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
-                    for b in bs
-                ],
-                repeats=20,
-            ).median_us
-        except Exception as exc:  # noqa: BLE001
-            ts = None
-            print("  _scaled_mm fail", str(exc)[:120])
-        gb = scaled_mm_bytes(m, n, k) / 1e9
+            copies = copies_for(n * k)
+            d, ws = _inputs(fmt, n, k, max(MS), "cuda", copies)
+            bsz = d["block_size"]
+            named = dict(candidates(fmt))
+            for m in MS:
+                named[f"default_m{m}"] = default_scaled_mm_config(m, n, k)
+            for m in MS:
+                a, sa = d["a"][:m], d["scale_a"][:m]
+                ref = scaled_mm_ref(a, ws[0][0], sa, ws[0][1], torch.bfloat16, block_size=bsz)
+                psa = provider_scale_a(provider, sa)
+                try:
+                    v_us = time_graph(
+                        [lambda b=b, s=s: call(a, b, psa, s, torch.bfloat16) for b, s in ws], repeats=15
+                    ).median_us
+                except Exception as exc:  # noqa: BLE001
+                    v_us = None
+                    print("  provider fail", provider, str(exc)[:200], flush=True)
+                timed = {}
+                for name, cfg in named.items():
+                    if name.startswith("default_m") and name != f"default_m{m}":
+                        continue
+                    if json.dumps([fmt, n, k, cfg], sort_keys=True) in compile_errors:
+                        continue
+                    try:
+                        out = scaled_mm(a, ws[0][0], sa, ws[0][1], torch.bfloat16, block_size=bsz, config=cfg)
+                        err = rel_error(out, ref)
+                        if not err <= tol:
+                            print(f"  inaccurate {name} m={m}: {err:.2e}", flush=True)
+                            continue
+                        us = time_graph(
+                            [
+                                lambda b=b, s=s: scaled_mm(
+                                    a, b, sa, s, torch.bfloat16, block_size=bsz, config=cfg
+                                )
+                                for b, s in ws
+                            ],
+                            repeats=15,
+                        ).median_us
+                    except Exception as exc:  # noqa: BLE001
+                        print(f"  fail {name} m={m}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                        continue
+                    timed[name] = us
+                    results.append(
+                        {
+                            "fmt": fmt,
+                            "n": n,
+                            "k": k,
+                            "m": m,
+                            "name": name,
+                            "config": cfg,
+                            "us": us,
+                            "err": err,
+                        }
+                    )
+                if not timed:
+                    continue
+                best = min(timed, key=timed.get)
+                gb = scaled_mm_bytes(m, n, k) / 1e9
+                pct = 100 * gb / (timed[best] * 1e-6) / bw
+                row = {
+                    "fmt": fmt,
+                    "n": n,
+                    "k": k,
+                    "m": m,
+                    "provider": provider,
+                    "provider_us": v_us,
+                    "default_us": timed.get(f"default_m{m}"),
+                    "best": best,
+                    "best_us": timed[best],
+                    "best_pct_bw": pct,
+                    "best_config": named[best],
+                    "top5": sorted(timed.items(), key=lambda kv: kv[1])[:5],
+                }
+                rows.append(row)
+                print(
+                    json.dumps(
+                        {
+                            kk: row[kk]
+                            for kk in ("fmt", "n", "k", "m", "provider_us", "default_us", "best", "best_us")
+                        }
+                    ),
+                    flush=True,
+                )
+    out_dir = os.environ.get("OUT", ".")
+    with open(os.path.join(out_dir, "sweep.json"), "w") as f:
+        json.dump(
+            {
+                "bw": bw,
+                "gpu": torch.cuda.get_device_name(),
+                "rows": rows,
+                "results": results,
+                "compile_errors": compile_errors,
+            },
+            f,
+            indent=1,
+        )
+    print(
+        f"\n{'fmt':<11} {'N':>6} {'K':>6} {'M':>3} {'vLLM':>6} {'dflt':>6} {'best':>6} {'%bw':>4} {'x vLLM':>6}  best"
+    )
+    speedups = []
+    for r in rows:
 
-        def pct(us):
-            return None if us is None else round(100 * gb / (us * 1e-6) / bw, 1)
+        def f(v):
+            return "-" if v is None else f"{v:.1f}"
 
-        rows.append((n, k, m, d_us, d_err, best[0], pct(best[0]), ts, json.dumps(best[1])))
-        print(rows[-1], flush=True)
-out_dir = os.environ.get("OUT", ".")
-with open(os.path.join(out_dir, "sweep.json"), "w") as f:
-    json.dump({"bw": bw, "rows": rows, "results": results}, f, indent=1)
-print(f"\n{'N':>6} {'K':>6} {'M':>3} {'default':>8} {'best':>8} {'%bw':>5} {'_scaled_mm':>10}  best config")
-for n, k, m, d_us, d_err, b_us, p, ts, cfg in rows:
+        sp = r["provider_us"] / r["best_us"] if r["provider_us"] else None
+        if sp:
+            speedups.append(sp)
+        print(
+            f"{r['fmt']:<11} {r['n']:6d} {r['k']:6d} {r['m']:3d} {f(r['provider_us']):>6} {f(r['default_us']):>6} "
+            f"{f(r['best_us']):>6} {r['best_pct_bw']:4.0f} {f(sp):>6}  {r['best']}"
+        )
+    if speedups:
+        print(f"geomean best/vLLM {statistics.geometric_mean(speedups):.3f} over {len(speedups)} keys")
+    wins = {}
+    for r in rows:
+        wins[r["best"]] = wins.get(r["best"], 0) + 1
+    print("best-config counts:", dict(sorted(wins.items(), key=lambda kv: -kv[1])))
+    print(f"sweep took {time.time() - t0:.0f}s")
+    return 0
 
-    def f(v):
-        return "-" if v is None else f"{v:.1f}"
 
-    print(f"{n:6d} {k:6d} {m:3d} {f(d_us):>8} {f(b_us):>8} {f(p):>5} {f(ts):>10}  {cfg}")
-print(f"sweep took {time.time() - t0:.0f}s")
+if __name__ == "__main__":
+    sys.exit(main())

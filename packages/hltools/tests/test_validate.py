@@ -194,8 +194,11 @@ def test_repro_command():
     row = Row("gate_up", 384, 64, 24576, 4096, 8, 1.0, 1.0, 1.5e-2, False)
     cmd = repro_command("my dir/config.json", 2, "fp16", row, 7, 32, None)
     assert cmd == (
-        "hltools validate --model 'my dir/config.json' --tp 2 --out-dtype fp16 --layer gate_up --num-tokens 8 --seed 7"
+        "hltools validate --model 'my dir/config.json' --formats fp8_dynamic --tp 2 --out-dtype fp16 "
+        "--layer gate_up --num-tokens 8 --seed 7"
     )
+    block_row = Row("o", 64, 64, 4096, 4096, 3, 1.0, 1.0, 1.5e-2, False, format="block_fp8")
+    assert "--formats block_fp8 " in repro_command("qwen3-8b", 1, "bf16", block_row, 0, 32, None)
     cmd = repro_command("qwen3-8b", 1, "bf16", row, 0, 64, 64)
     assert cmd.startswith("TRITON_INTERPRET=1 hltools validate") and cmd.endswith(
         "--num-tokens 8,64 --seed 0 --cpu-scale 64"
@@ -217,3 +220,26 @@ def test_cross_check_tolerance():
     # the fallback (CUTLASS) is itself less accurate than the fp16 tolerance: use the bf16 one
     assert cross_check_tolerance(torch.bfloat16) == 1.5e-2
     assert cross_check_tolerance(torch.float16) == 1.5e-2
+
+
+@pytest.mark.parametrize("fmt", ["w8a8_int8", "block_fp8"])
+def test_validate_layer_formats_against_reference(fmt):
+    """Each format's rows are checked against that format's fp32 reference (partial 128-blocks: K=192)."""
+    from hltools.validate import validate_layer
+
+    rows = validate_layer("down", 96, 192, [1, 5], torch.bfloat16, device=torch.device("cpu"), fmt=fmt)
+    assert [r.format for r in rows] == [fmt, fmt]
+    assert all(r.passed and 0 < r.rel_err <= r.tolerance for r in rows), [r.to_dict() for r in rows]
+
+
+def test_formats_option(tiny_config, tmp_path):
+    out = tmp_path / "rows.json"
+    args = ["validate", "--model", str(tiny_config), "--num-tokens", "2", "--cpu-scale", "4"]
+    args += ["--formats", "w8a8_int8,block_fp8", "--layer", "o", "--output", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    assert [r["format"] for r in payload["rows"]] == ["w8a8_int8", "block_fp8"]
+    assert payload["metadata"]["formats"] == ["w8a8_int8", "block_fp8"]
+    bad = runner.invoke(app, ["validate", "--model", str(tiny_config), "--formats", "fp4"])
+    assert bad.exit_code != 0 and "--formats" in bad.output and "fp4" in bad.output

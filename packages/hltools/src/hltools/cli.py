@@ -64,6 +64,21 @@ def _parse_tokens(text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
+def _parse_formats(text: str, option: str = "--formats") -> list[str]:
+    """Comma-separated formats (``all`` = the three), deduplicated, in the given order."""
+    from hltools.validate import FORMATS  # not hlcore.scaled_mm: Triton must not load before TRITON_INTERPRET
+
+    values = [f for f in text.replace(" ", "").split(",") if f]
+    if values == ["all"]:
+        return list(FORMATS)
+    unknown = [f for f in values if f not in FORMATS]
+    if not values or unknown:
+        raise typer.BadParameter(
+            f"unknown format(s) {unknown or text!r}; choose from {FORMATS} or all", param_hint=option
+        )
+    return list(dict.fromkeys(values))
+
+
 def _print_models(console: Console) -> None:
     table = Table(title="embedded models (hltools/models/*.json)")
     for col in (
@@ -101,9 +116,10 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
-def _table(rows, provider: str | None) -> Table:
+def _table(rows, provider: str | None, fmt: str = "fp8_dynamic") -> Table:
     """The result table; ``provider`` (the fallback's name) set adds the GPU comparison and timing."""
-    table = Table(title="Helion scaled_mm vs fp32 reference" + (f" and {provider}" if provider else ""))
+    title = f"{fmt}: Helion scaled_mm vs fp32 reference" + (f" and {provider}" if provider else "")
+    table = Table(title=title)
     columns = ["layer", "N", "K", "M", "max abs err", "rel err", "tolerance"]
     if provider:
         columns += [f"rel err vs {provider}", "Helion µs", f"{provider} µs", "speedup", "% HBM roofline"]
@@ -161,6 +177,9 @@ def validate(
     num_tokens: Annotated[
         str, typer.Option(help="Comma-separated M values (decode batch sizes).")
     ] = DEFAULT_NUM_TOKENS,
+    formats: Annotated[
+        str, typer.Option(help="Comma-separated formats: fp8_dynamic, w8a8_int8, block_fp8 (or all).")
+    ] = "fp8_dynamic",
     tp: Annotated[int, typer.Option(help="Tensor-parallel size: shards N of qkv/gate_up, K of o/down.")] = 1,
     out_dtype: Annotated[OutDtype, typer.Option(help="Output dtype.")] = OutDtype.bf16,
     output: Annotated[
@@ -177,11 +196,12 @@ def validate(
         bool, typer.Option("--list-models", help="List the embedded models and exit.")
     ] = False,
 ) -> None:
-    """Check the Helion scaled_mm (FP8_Dynamic, default config) on every linear (N, K) of a model.
+    """Check the Helion scaled_mm (each --formats, picked config) on every linear (N, K) of a model.
 
     Each row compares the kernel with the fp32 dequantized reference (relative Frobenius error
     within the per-dtype tolerance of hlcore.testing). On a CUDA GPU it also compares with and
-    times against the fallback kernel (vLLM's cutlass_scaled_mm, else torch._scaled_mm) under
+    times against vLLM's default kernel for the format (cutlass_scaled_mm for fp8_dynamic and
+    w8a8_int8, DeepGEMM / CUTLASS block / Triton block for block_fp8) under
     CUDA-graph replay with rotating weights, and reports % of the measured HBM copy bandwidth.
     Without a GPU (or with TRITON_INTERPRET=1) it runs the Triton interpreter on the CPU on shapes
     divided by --cpu-scale. Exits 1 if any row fails and prints a repro command for each.
@@ -202,6 +222,7 @@ def validate(
         tokens = _parse_tokens(num_tokens)
     except typer.BadParameter as exc:
         raise typer.BadParameter(exc.message, param_hint="--num-tokens") from None
+    fmts = _parse_formats(formats)
     if layer:
         unknown = sorted(set(layer) - {s.name for s in shapes})
         if unknown:
@@ -223,7 +244,7 @@ def validate(
         "model": model,
         "tp": tp,
         "out_dtype": out_dtype.value,
-        "format": v.FORMAT,
+        "formats": fmts,
         "num_tokens": tokens,
         "seed": seed,
         "versions": _versions(),
@@ -231,7 +252,8 @@ def validate(
         "command": " ".join(["hltools", *sys.argv[1:]]),
         "commit": _git_commit(),
     }
-    fallback = bandwidth = None
+    fallbacks: dict[str, tuple[str, object]] = {}
+    bandwidth = None
     if interpret:
         device = torch.device("cpu")
         mode = (
@@ -250,46 +272,60 @@ def validate(
         from hltools.timing import copy_bandwidth_gbs
 
         device = torch.device("cuda")
-        provider, fallback = v.pick_fallback()
         bandwidth = copy_bandwidth_gbs()
         gpu = torch.cuda.get_device_name()
-        console.print(f"GPU {gpu}: measured copy bandwidth {bandwidth:.0f} GB/s; fallback: {provider}")
-        metadata_.update(mode="gpu", gpu=gpu, fallback=provider, copy_bandwidth_gbs=bandwidth)
-    line = (
-        f"model {model}, tp {tp}, out {out_dtype.value}, format {v.FORMAT}; tolerance (relative Frobenius): "
-        f"{v.tolerance(v.FORMAT, dtype):.1e} vs the fp32 reference"
+        for fmt in fmts:
+            try:
+                fallbacks[fmt] = v.pick_fallback(fmt)
+            except RuntimeError as exc:
+                console.print(f"[bold red]{fmt}: {exc}")
+                raise typer.Exit(1) from None
+        names = {fmt: name for fmt, (name, _) in fallbacks.items()}
+        console.print(f"GPU {gpu}: measured copy bandwidth {bandwidth:.0f} GB/s; fallbacks: {names}")
+        metadata_.update(mode="gpu", gpu=gpu, fallbacks=names, copy_bandwidth_gbs=bandwidth)
+    console.print(
+        f"model {model}, tp {tp}, out {out_dtype.value}, formats {', '.join(fmts)}; tolerance (relative "
+        f"Frobenius): {v.tolerance(fmts[0], dtype):.1e} vs the fp32 reference"
+        + ("" if interpret else f", {v.cross_check_tolerance(dtype, fmts[0]):.1e} vs vLLM's kernel")
     )
-    if not interpret:
-        line += f", {v.cross_check_tolerance(dtype):.1e} vs {provider}"
-    console.print(line)
 
     rows: list[v.Row] = []
+    summaries = []
     with console.status("validating...") as status:
-        for shape in shapes:
-            n, k = shape.n, shape.k
-            if interpret:
-                n, k = v.scaled_down(n, cpu_scale), v.scaled_down(k, cpu_scale)
-            status.update(f"validating {shape.name} N={n} K={k}")
-            rows += v.validate_layer(
-                shape.name,
-                n,
-                k,
-                tokens,
-                dtype,
-                device=device,
-                seed=seed,
-                model_nk=(shape.n, shape.k),
-                fallback=fallback,
-                bandwidth_gbs=bandwidth,
-            )
-    console.print(_table(rows, None if interpret else provider))
+        for fmt in fmts:
+            provider, fallback = fallbacks.get(fmt, ("", None))
+            fmt_rows: list[v.Row] = []
+            for shape in shapes:
+                n, k = shape.n, shape.k
+                if interpret:
+                    n, k = v.scaled_down(n, cpu_scale), v.scaled_down(k, cpu_scale)
+                status.update(f"validating {fmt} {shape.name} N={n} K={k}")
+                fmt_rows += v.validate_layer(
+                    shape.name,
+                    n,
+                    k,
+                    tokens,
+                    dtype,
+                    device=device,
+                    seed=seed,
+                    model_nk=(shape.n, shape.k),
+                    fallback=fallback,
+                    bandwidth_gbs=bandwidth,
+                    fmt=fmt,
+                    provider=provider,
+                )
+            console.print(_table(fmt_rows, None if interpret else provider, fmt))
+            passed = sum(r.passed for r in fmt_rows)
+            line = f"{fmt}: {passed}/{len(fmt_rows)} rows passed"
+            speedups = [r.speedup for r in fmt_rows if r.speedup]
+            if speedups:
+                line += f"; geomean speedup vs {provider}: {statistics.geometric_mean(speedups):.2f}x"
+            summaries.append(line)
+            rows += fmt_rows
 
     failed = [r for r in rows if not r.passed]
-    speedups = [r.speedup for r in rows if r.speedup]
-    summary = f"{len(rows) - len(failed)}/{len(rows)} rows passed"
-    if speedups:
-        summary += f"; geomean speedup vs {provider}: {statistics.geometric_mean(speedups):.2f}x"
-    console.print(summary, style="bold red" if failed else "bold green")
+    for line in summaries:
+        console.print(line, style="bold red" if failed else "bold green")
     for r in rows:
         if r.note:
             console.print(f"note {r.layer} M={r.m}: {r.note}", markup=False, highlight=False)

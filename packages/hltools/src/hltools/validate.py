@@ -1,14 +1,19 @@
 """Correctness and speed of :func:`hlcore.scaled_mm.scaled_mm` on every linear shape of a model.
 
-For each linear (N, K) of :func:`hltools.shapes.linear_shapes` and each num_tokens M, with the
-kernel's default config (FP8_Dynamic: A ``[M, K]`` fp8 e4m3 + ``[M, 1]`` fp32 per-token scales,
-B ``[K, N]`` column-major fp8 e4m3 + ``[N, 1]`` fp32 per-channel scales, bf16/fp16 output):
+For each format, each linear (N, K) of :func:`hltools.shapes.linear_shapes` and each num_tokens M,
+with the config :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` picks (bf16/fp16 output):
+
+* ``fp8_dynamic``: A ``[M, K]`` fp8 e4m3 + ``[M, 1]`` fp32 per-token scales, B ``[K, N]`` column-major
+  fp8 e4m3 + ``[N, 1]`` fp32 per-channel scales;
+* ``w8a8_int8``: the same with int8 (symmetric per token, per channel);
+* ``block_fp8``: fp8 with ``[M, ceil(K/128)]`` 1x128 activation and ``[ceil(N/128), ceil(K/128)]``
+  128x128 weight block scales.
 
 * correctness: relative Frobenius error ``||out - ref||_F / ||ref||_F`` against the fp32 dequantized
   :func:`hlcore.scaled_mm.scaled_mm_ref` of the same quantized inputs, within
   :func:`hlcore.testing.tolerance` (``"fp8_dynamic"``, per out dtype);
 * cross-check (GPU only): the same relative error between Helion's output and the fallback kernel's
-  (vLLM's ``cutlass_scaled_mm``, else ``torch._scaled_mm``), which catches a reference and kernel
+  (vLLM's default kernel for the format, :func:`hltools.providers.vllm_default`), which catches a reference and kernel
   that agree on wrong semantics. The fallback has its own error (CUTLASS accumulates fp8 products
   imprecisely on sm90: ~2e-3 at K = 8192, above the fp16 tolerance), so this check uses
   :func:`cross_check_tolerance`, the bf16 tolerance that hlcore.testing sizes for it;
@@ -36,7 +41,8 @@ import torch
 
 from hlcore.testing import max_abs_error, rel_error, tolerance
 
-FORMAT = "fp8_dynamic"
+FORMAT = "fp8_dynamic"  # the default format
+FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 MIN_TOKENS_DRAWN = 32  # activations drawn per layer, at least (see module docstring)
 MIN_SCALED_DIM = 32
 
@@ -66,14 +72,15 @@ class Row:
     speedup: float | None = None
     roofline_pct: float | None = None
     note: str = ""
+    format: str = FORMAT
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def cross_check_tolerance(out_dtype: torch.dtype) -> float:
+def cross_check_tolerance(out_dtype: torch.dtype, fmt: str = FORMAT) -> float:
     """Largest Helion-vs-fallback relative error accepted: ``max(tolerance(out_dtype), bf16 tolerance)``."""
-    return max(tolerance(FORMAT, out_dtype), tolerance(FORMAT, torch.bfloat16))
+    return max(tolerance(fmt, out_dtype), tolerance(fmt, torch.bfloat16))
 
 
 def scaled_down(dim: int, scale: int) -> int:
@@ -86,61 +93,65 @@ def scaled_down(dim: int, scale: int) -> int:
 # --------------------------------------------------------------------------------------------
 # Fallback (the kernel vLLM would run): provider name + call(a, b, scale_a, scale_b, out_dtype)
 # --------------------------------------------------------------------------------------------
-def _vllm_cutlass() -> ScaledMM:
-    from vllm import _custom_ops as ops
+def pick_fallback(fmt: str = FORMAT) -> tuple[str, ScaledMM]:
+    """vLLM's default kernel for ``fmt`` (:func:`hltools.providers.vllm_default`): ``cutlass_scaled_mm``
+    for fp8_dynamic (else ``torch._scaled_mm``) and w8a8_int8; DeepGEMM, CUTLASS block or Triton block
+    for block_fp8."""
+    from hltools.providers import vllm_default
 
-    _ = torch.ops._C.cutlass_scaled_mm  # raises when vLLM's compiled ops are missing
-
-    def call(a, b, scale_a, scale_b, out_dtype):
-        return ops.cutlass_scaled_mm(a, b, scale_a, scale_b, out_dtype, None)
-
-    return call
-
-
-def _torch_scaled_mm(a, b, scale_a, scale_b, out_dtype):
-    return torch._scaled_mm(
-        a, b, scale_a=scale_a.reshape(-1, 1), scale_b=scale_b.reshape(1, -1), out_dtype=out_dtype
-    )
-
-
-def pick_fallback() -> tuple[str, ScaledMM]:
-    """vLLM's ``cutlass_scaled_mm`` if vLLM and its compiled ops import, else ``torch._scaled_mm``
-    (row-wise scales: ``scale_a`` ``[M, 1]``, ``scale_b`` ``[1, N]``)."""
-    try:
-        return "vllm cutlass_scaled_mm", _vllm_cutlass()
-    except Exception:  # ImportError, or torch.ops._C without cutlass_scaled_mm
-        return "torch._scaled_mm", _torch_scaled_mm
+    return vllm_default(fmt)
 
 
 # --------------------------------------------------------------------------------------------
 # Measurement
 # --------------------------------------------------------------------------------------------
-def _random_weights(n: int, k: int, copies: int, device: torch.device, seed: int) -> list[tuple]:
-    """``copies`` independent ``N(0, 0.05)`` weights quantized per channel: ``(B [K, N] col-major,
-    scale_b [N, 1])`` each, drawn on ``device`` (never zeros)."""
-    from hlcore.quant import per_channel_fp8_quant_ref
+def _random_weights(
+    n: int, k: int, copies: int, device: torch.device, seed: int, fmt: str = FORMAT
+) -> list[tuple]:
+    """``copies`` independent ``N(0, 0.05)`` weights quantized as ``fmt`` stores them: ``(B [K, N]
+    col-major, scale_b)`` each (per channel ``[N, 1]`` or 128x128 blocks), drawn on ``device``
+    (never zeros)."""
+    from hlcore import quant
 
+    quantize = {
+        "fp8_dynamic": quant.per_channel_fp8_quant_ref,
+        "w8a8_int8": quant.per_token_int8_quant_ref,
+        "block_fp8": lambda w: quant.per_block_fp8_quant_ref(w, (128, 128)),
+    }[fmt]
     gen = torch.Generator(device=device).manual_seed(seed)
     out = []
     for _ in range(copies):
         w = torch.randn((n, k), generator=gen, device=device, dtype=torch.float32).mul_(0.05)
-        w_q, scale_b = per_channel_fp8_quant_ref(w.to(torch.bfloat16))
+        w_q, scale_b = quantize(w.to(torch.bfloat16))
         out.append((w_q.t(), scale_b))
     return out
 
 
-def _time_row(sm, fallback: ScaledMM, a, scale_a, weights, out_dtype, row: Row, bandwidth_gbs: float):
+def _time_row(
+    sm,
+    fallback: ScaledMM,
+    a,
+    scale_a,
+    weights,
+    out_dtype,
+    row: Row,
+    bandwidth_gbs: float,
+    block_size,
+    fb_scale_a,
+):
     """Fill the timing fields of ``row`` (CUDA-graph replay, rotating weights)."""
     from hltools.timing import scaled_mm_bytes, time_graph
 
     m, n, k = row.m, row.n, row.k
-    helion_calls = [lambda b=b, s=s: sm.scaled_mm(a, b, scale_a, s, out_dtype) for b, s in weights]
+    helion_calls = [
+        lambda b=b, s=s: sm.scaled_mm(a, b, scale_a, s, out_dtype, block_size=block_size) for b, s in weights
+    ]
     row.helion_us = time_graph(helion_calls).median_us
     nbytes = scaled_mm_bytes(m, n, k, out_bytes=torch.finfo(out_dtype).bits // 8)
     row.roofline_pct = 100.0 * nbytes / (row.helion_us * 1e-6) / (bandwidth_gbs * 1e9)
     try:
         row.fallback_us = time_graph(
-            [lambda b=b, s=s: fallback(a, b, scale_a, s, out_dtype) for b, s in weights]
+            [lambda b=b, s=s: fallback(a, b, fb_scale_a, s, out_dtype) for b, s in weights]
         ).median_us
         row.speedup = row.fallback_us / row.helion_us
     except Exception as exc:  # the fallback may not support a shape; report, do not fail
@@ -159,6 +170,8 @@ def validate_layer(
     model_nk: tuple[int, int] | None = None,
     fallback: ScaledMM | None = None,
     bandwidth_gbs: float | None = None,
+    fmt: str = FORMAT,
+    provider: str = "",
 ) -> list[Row]:
     """Check (and on CUDA, with ``fallback`` and ``bandwidth_gbs``, time) one linear at each M.
 
@@ -166,40 +179,44 @@ def validate_layer(
     wrong result. ``hlcore.scaled_mm`` is imported here, so set ``TRITON_INTERPRET`` first.
     """
     from hlcore import scaled_mm as sm
+    from hltools.providers import provider_scale_a
     from hltools.timing import copies_for
 
-    tol = tolerance(FORMAT, out_dtype)
+    tol = tolerance(fmt, out_dtype)
     model_n, model_k = model_nk or (n, k)
     drawn = max(MIN_TOKENS_DRAWN, *num_tokens)
-    inputs = sm.generate_scaled_mm_inputs(drawn, n, k, device=device, out_dtype=out_dtype, seed=seed)
-    b, scale_b = inputs["b"], inputs["scale_b"]
+    inputs = sm.generate_scaled_mm_inputs(drawn, n, k, fmt=fmt, device=device, out_dtype=out_dtype, seed=seed)
+    b, scale_b, block_size = inputs["b"], inputs["scale_b"], inputs["block_size"]
     timed = device.type == "cuda" and fallback is not None and bandwidth_gbs is not None
     weights = None
     if timed:
-        weights = [(b, scale_b)] + _random_weights(n, k, copies_for(n * k) - 1, device, seed + 1)
+        weights = [(b, scale_b)] + _random_weights(n, k, copies_for(n * k) - 1, device, seed + 1, fmt)
     rows = []
     for m in num_tokens:
         a, scale_a = inputs["a"][:m], inputs["scale_a"][:m]
-        row = Row(layer, n, k, model_n, model_k, m, math.nan, math.nan, tol, False)
+        row = Row(layer, n, k, model_n, model_k, m, math.nan, math.nan, tol, False, format=fmt)
         try:
-            out = sm.scaled_mm(a, b, scale_a, scale_b, out_dtype)
+            out = sm.scaled_mm(a, b, scale_a, scale_b, out_dtype, block_size=block_size)
         except Exception as exc:
             row.note = f"kernel raised {type(exc).__name__}: {exc}"[:300]
             rows.append(row)
             continue
-        ref = sm.scaled_mm_ref(a, b, scale_a, scale_b, out_dtype)
+        ref = sm.scaled_mm_ref(a, b, scale_a, scale_b, out_dtype, block_size=block_size)
         row.max_abs_err, row.rel_err = max_abs_error(out, ref), rel_error(out, ref)
         row.passed = row.rel_err <= tol
         if timed:
+            fb_scale_a = provider_scale_a(provider, scale_a)
             try:
-                fb = fallback(a, b, scale_a, scale_b, out_dtype)
+                fb = fallback(a, b, fb_scale_a, scale_b, out_dtype)
                 row.fallback_rel_err, row.fallback_ref_err = rel_error(out, fb), rel_error(fb, ref)
-                row.fallback_tolerance = cross_check_tolerance(out_dtype)
+                row.fallback_tolerance = cross_check_tolerance(out_dtype, fmt)
                 row.passed = row.passed and row.fallback_rel_err <= row.fallback_tolerance
             except Exception as exc:
                 row.note = f"fallback failed: {type(exc).__name__}: {exc}"[:200]
             try:
-                _time_row(sm, fallback, a, scale_a, weights, out_dtype, row, bandwidth_gbs)
+                _time_row(
+                    sm, fallback, a, scale_a, weights, out_dtype, row, bandwidth_gbs, block_size, fb_scale_a
+                )
             except Exception as exc:
                 row.passed = False
                 row.note = f"Helion timing failed: {type(exc).__name__}: {exc}"[:300]
@@ -220,7 +237,8 @@ def repro_command(
     """The ``hltools validate`` command that reruns exactly ``row`` (same inputs); ``cpu_scale`` set
     means the row ran in an interpret mode on the CPU (Helion's if ``helion_interpret``)."""
     tokens = str(row.m) if max_tokens <= MIN_TOKENS_DRAWN else f"{row.m},{max_tokens}"
-    parts = ["hltools", "validate", "--model", model, "--tp", str(tp), "--out-dtype", out_dtype]
+    parts = ["hltools", "validate", "--model", model, "--formats", row.format, "--tp", str(tp)]
+    parts += ["--out-dtype", out_dtype]
     parts += ["--layer", row.layer, "--num-tokens", tokens, "--seed", str(seed)]
     prefix = ""
     if cpu_scale is not None:
