@@ -1,0 +1,361 @@
+"""hltools.bench on the CPU: the loop with the real Helion kernel (Triton interpreter) next to fake
+baselines and a fake timer, the provider fallback order, the result schema and its files, geomeans."""
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from hltools import bench
+from hltools.bench import BenchResult, BenchShape, Candidate
+from hltools.timing import Timing
+
+TINY = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+}
+META = {"gpu": "cpu", "torch": "t", "triton": "tr", "helion": "h", "vllm": "v", "commit": "abc", "date": "d"}
+
+
+def _ref_prepare(inputs):
+    """A correct baseline: the fp32 reference of each weight copy."""
+    from hlcore.scaled_mm import scaled_mm_ref
+
+    def for_m(m):
+        a, sa = inputs.a[:m], inputs.scale_a[:m]
+        return [
+            lambda b=b, s=s: scaled_mm_ref(a, b, sa, s, inputs.out_dtype, block_size=inputs.block_size)
+            for b, s in inputs.weights
+        ]
+
+    return for_m
+
+
+def _zeros_prepare(inputs):
+    def for_m(m):
+        return [lambda: torch.zeros((m, inputs.n), dtype=inputs.out_dtype)] * len(inputs.weights)
+
+    return for_m
+
+
+def _unavailable(inputs):
+    raise ImportError("no such library")
+
+
+def _raises_at_call(inputs):
+    def for_m(m):
+        def call():
+            raise RuntimeError("kernel launch failed")
+
+        return [call]
+
+    return for_m
+
+
+class FakeTimer:
+    """Times by kernel: the calls of a candidate are recognised by the order they are timed in."""
+
+    def __init__(self, times):
+        self.times = list(times)
+        self.seen = []
+
+    def __call__(self, calls):
+        self.seen.append(len(calls))
+        us = self.times[(len(self.seen) - 1) % len(self.times)]
+        return Timing(us, 0.9 * us, 1.1 * us)
+
+
+def _inputs(shape, copies):
+    return bench.make_inputs(shape.fmt, shape.n, shape.k, max(shape.ms), copies, device="cpu")
+
+
+def _run(shapes, candidates, timer, **kw):
+    from hlcore.testing import tolerance
+
+    return bench.run_kernel_bench(
+        shapes,
+        candidates=candidates,
+        timer=timer,
+        inputs_for=_inputs,
+        copies_for=lambda n, k: 3,
+        bandwidth_gbs=1000.0,
+        shared=META,
+        repeats=7,
+        tolerance=tolerance,
+        **kw,
+    )
+
+
+def test_bench_shapes_order_merge_and_errors():
+    shapes = bench.bench_shapes([("tiny", TINY)], ["fp8_dynamic", "block_fp8"], [4, 1, 4])
+    assert [(s.fmt, s.layer, s.n, s.k) for s in shapes] == [
+        ("fp8_dynamic", "qkv", 512, 256),
+        ("fp8_dynamic", "o", 256, 256),
+        ("fp8_dynamic", "gate_up", 1024, 256),
+        ("fp8_dynamic", "down", 256, 512),
+        ("block_fp8", "qkv", 512, 256),
+        ("block_fp8", "o", 256, 256),
+        ("block_fp8", "gate_up", 1024, 256),
+        ("block_fp8", "down", 256, 512),
+    ]
+    assert all(s.ms == (1, 4) and s.model == "tiny" for s in shapes)
+    square = {**TINY, "intermediate_size": 128}  # gate_up (256, 256) = o's shape: timed once
+    merged = bench.bench_shapes([("sq", square)], ["fp8_dynamic"], [1], layers=["o", "gate_up"])
+    assert [(s.layer, s.n, s.k) for s in merged] == [("o/gate_up", 256, 256)]
+    assert [(s.n, s.k, s.tp) for s in bench.bench_shapes([("t", TINY)], ["w8a8_int8"], [1], tp=2)][:2] == [
+        (256, 256, 2),
+        (256, 128, 2),
+    ]
+    with pytest.raises(ValueError, match="unknown format"):
+        bench.bench_shapes([("t", TINY)], ["fp4"], [1])
+    with pytest.raises(ValueError, match="unknown layer"):
+        bench.bench_shapes([("t", TINY)], ["fp8_dynamic"], [1], layers=["lm_head"])
+    with pytest.raises(ValueError, match="does not divide"):
+        bench.bench_shapes([("t", TINY)], ["fp8_dynamic"], [1], tp=3)
+
+
+def test_default_candidates_follow_vllm_order():
+    c = bench.default_candidates()
+    assert list(c) == ["helion", "vllm", "torch"]
+    assert [x.kernel for x in c["vllm"]] == [
+        "vllm cutlass_scaled_mm",
+        "vllm block deep_gemm fp8_gemm_nt",
+        "vllm block cutlass_scaled_mm",
+        "vllm block w8a8_triton_block_scaled_mm",
+    ]
+    assert [x.kernel for x in c["vllm"] if "block_fp8" in x.formats][0].endswith("fp8_gemm_nt")
+    assert [x.kernel for x in c["torch"]] == ["torch._scaled_mm"] and c["torch"][0].formats == (
+        "fp8_dynamic",
+    )
+    only = bench.default_candidates(["vllm"], ["triton", "cutlass"])
+    assert list(only) == ["helion", "vllm"]
+    assert [x.kernel for x in only["vllm"]][1:] == [
+        "vllm block w8a8_triton_block_scaled_mm",
+        "vllm block cutlass_scaled_mm",
+    ]
+    with pytest.raises(ValueError, match="block provider"):
+        bench.default_candidates(block_order=["flashinfer"])
+    with pytest.raises(ValueError, match="baseline"):
+        bench.default_candidates(["cublas"])
+
+
+def test_loop_with_helion_and_fallback_chain():
+    """Helion really runs (interpreter); the vLLM chain skips an unavailable, a raising and a wrong
+    candidate, in that order, and records the one that ran and why the others did not."""
+    shapes = [BenchShape("tiny", fmt, "o", 32, 128, (1, 3)) for fmt in ("fp8_dynamic", "block_fp8")]
+    chain = [
+        Candidate("vllm", "unavailable", bench.FORMATS, _unavailable),
+        Candidate("vllm", "raises", bench.FORMATS, _raises_at_call),
+        Candidate("vllm", "wrong", bench.FORMATS, _zeros_prepare),
+        Candidate("vllm", "reference", bench.FORMATS, _ref_prepare),
+    ]
+    torch_only_fp8 = [Candidate("torch", "torch ref", ("fp8_dynamic",), _ref_prepare)]
+    timer = FakeTimer([10.0, 12.5, 20.0])
+    seen = []
+    results = _run(
+        shapes,
+        {"helion": [bench.HELION], "vllm": chain, "torch": torch_only_fp8},
+        timer,
+        on_result=seen.append,
+    )
+    assert seen == results
+    assert [(r.format, r.m, r.provider) for r in results] == [
+        ("fp8_dynamic", 1, "helion"),
+        ("fp8_dynamic", 1, "vllm"),
+        ("fp8_dynamic", 1, "torch"),
+        ("fp8_dynamic", 3, "helion"),
+        ("fp8_dynamic", 3, "vllm"),
+        ("fp8_dynamic", 3, "torch"),
+        ("block_fp8", 1, "helion"),
+        ("block_fp8", 1, "vllm"),
+        ("block_fp8", 3, "helion"),
+        ("block_fp8", 3, "vllm"),
+    ]
+    assert set(timer.seen) == {3}  # every timed graph rotates over the 3 weight copies
+    helion = [r for r in results if r.provider == "helion"]
+    vllm = [r for r in results if r.provider == "vllm"]
+    assert all(r.kernel == "helion scaled_mm" and r.ok and r.config == "heuristic" for r in helion)
+    assert all(r.rel_err < 1e-2 for r in helion)
+    assert all(r.kernel == "reference" and r.ok and r.rel_err == 0 for r in vllm)
+    for r in vllm:
+        assert r.note.startswith("skipped unavailable: unavailable (ImportError: no such library)")
+        assert "raises: RuntimeError: kernel launch failed" in r.note
+        assert "wrong: wrong result (relative error 1 " in r.note
+    first = results[0]
+    assert (first.median_us, first.p20_us, first.p80_us) == (10.0, 9.0, 11.0)
+    assert results[1].median_us == 12.5 and first.speedup_vs_vllm == pytest.approx(1.25)
+    assert results[1].speedup_vs_vllm == 1.0 and results[2].speedup_vs_vllm == pytest.approx(12.5 / 20)
+    nbytes = bench.gemm_bytes("fp8_dynamic", 1, 32, 128)
+    assert first.gbps == pytest.approx(nbytes / 10e3) and first.roofline_pct == pytest.approx(first.gbps / 10)
+    assert all(r.copies == 3 and r.repeats == 7 and r.gpu == "cpu" and r.commit == "abc" for r in results)
+    assert bench.failures(results) == []
+
+
+def test_all_candidates_failing_gives_a_failed_row():
+    shape = BenchShape("tiny", "w8a8_int8", "o", 32, 128, (2,))
+    fake_helion = Candidate("helion", "fake helion", bench.FORMATS, _ref_prepare)
+    chain = [
+        Candidate("vllm", "a", bench.FORMATS, _unavailable),
+        Candidate("vllm", "b", ("block_fp8",), _ref_prepare),
+    ]
+    results = _run([shape], {"helion": [fake_helion], "vllm": chain}, FakeTimer([5.0]))
+    helion, vllm = results
+    assert helion.ok and helion.speedup_vs_vllm is None
+    assert vllm.kernel == "-" and vllm.median_us is None and not vllm.ok
+    assert vllm.note == "failed: a: unavailable (ImportError: no such library)"
+    assert bench.speedups(results) == [] and bench.geomean_by_format(results) == {}
+
+
+def test_helion_failure_and_tolerance_are_reported():
+    shape = BenchShape("tiny", "fp8_dynamic", "o", 32, 128, (1,))
+    wrong = Candidate("helion", "helion zeros", bench.FORMATS, _zeros_prepare)
+    (row,) = _run([shape], {"helion": [wrong]}, FakeTimer([5.0]))
+    assert row.kernel == "helion zeros" and row.median_us == 5.0 and not row.ok
+    assert "above the tolerance" in row.note
+    (row,) = _run(
+        [shape], {"helion": [Candidate("helion", "x", bench.FORMATS, _unavailable)]}, FakeTimer([1])
+    )
+    assert row.kernel == "-" and not row.ok and row.note.startswith("failed: x: unavailable")
+    assert bench.failures([row]) == [row]
+
+
+def test_make_inputs_and_bytes():
+    d = bench.make_inputs("block_fp8", 256, 384, 5, 3, device="cpu", seed=1)
+    assert d.a.shape == (5, 384) and d.scale_a.shape == (5, 3) and len(d.weights) == 3
+    for b, s in d.weights:
+        assert b.shape == (384, 256) and b.stride() == (1, 384) and s.shape == (2, 3)
+        assert b.float().abs().sum() > 0  # never zeros
+    assert not torch.equal(d.weights[1][0].float(), d.weights[2][0].float())
+    assert d.block_size == (128, 128) and d.reference(2).shape == (2, 256)
+    i8 = bench.make_inputs("w8a8_int8", 64, 128, 2, 2, device="cpu")
+    assert (
+        i8.a.dtype == torch.int8
+        and i8.weights[1][0].dtype == torch.int8
+        and i8.weights[1][1].shape == (64, 1)
+    )
+    assert bench.gemm_bytes("fp8_dynamic", 2, 64, 128) == 2 * 128 + 64 * 128 + 4 * (2 + 64) + 2 * 2 * 64
+    assert (
+        bench.gemm_bytes("block_fp8", 2, 256, 384, out_bytes=4)
+        == 2 * 384 + 256 * 384 + 4 * (2 * 3 + 2 * 3) + 4 * 2 * 256
+    )
+    with pytest.raises(ValueError, match="unknown format"):
+        bench.quantize_weight("fp4", torch.zeros(2, 2))
+
+
+def _results():
+    out = []
+    for fmt, ratios in (("fp8_dynamic", (2.0, 0.5, 1.0)), ("block_fp8", (1.5,))):
+        for m, ratio in zip((1, 2, 4), ratios, strict=False):
+            v = BenchResult(
+                "tiny", "o", fmt, "vllm", "vllm k", m, 64, 128, median_us=10.0 * ratio, ok=True, **META
+            )
+            h = BenchResult(
+                "tiny", "o", fmt, "helion", "helion scaled_mm", m, 64, 128, median_us=10.0, ok=True, **META
+            )
+            h.speedup_vs_vllm = ratio
+            out += [h, v]
+    out.append(
+        BenchResult(
+            "tiny", "o", "fp8_dynamic", "torch", "torch._scaled_mm", 1, 64, 128, median_us=40.0, **META
+        )
+    )
+    out[0].note = "a, b"  # commas and quotes survive CSV
+    out[1].p20_us = math.nan
+    return out
+
+
+def test_geomean_and_speedups():
+    results = _results()
+    assert bench.geomean([2.0, 0.5]) == pytest.approx(1.0)
+    assert bench.geomean([]) is None and bench.geomean([0.0, -1.0, math.inf]) is None
+    assert bench.geomean_by_format(results) == pytest.approx({"fp8_dynamic": 1.0, "block_fp8": 1.5})
+    assert bench.geomean_by_format(results, "torch") == pytest.approx({"fp8_dynamic": 4.0})
+    s = bench.speedups(results)
+    assert [(x.format, x.m, x.value) for x in s] == [
+        ("fp8_dynamic", 1, 2.0),
+        ("fp8_dynamic", 2, 0.5),
+        ("fp8_dynamic", 4, 1.0),
+        ("block_fp8", 1, 1.5),
+    ]
+    assert {x.baseline for x in s} == {"vllm k"}
+
+
+def test_schema_round_trip_and_files(tmp_path):
+    results = _results()
+    for r in results:
+        assert BenchResult.from_dict(r.to_dict()) == r or math.isnan(r.p20_us or 0)
+    meta = {**META, "command": "hltools bench kernels", "copy_bandwidth_gbs": 4000.0}
+    paths = bench.write_results(tmp_path / "out", results, meta)
+    assert {p.name for p in paths.values()} == {"kernels.json", "kernels.csv", "kernels.md"}
+    payload = json.loads(paths["json"].read_text())
+    assert (
+        paths["json"].read_text().endswith("}\n")
+        and payload["metadata"]["command"] == "hltools bench kernels"
+    )
+    assert payload["geomean_speedup"]["vllm"] == pytest.approx({"fp8_dynamic": 1.0, "block_fp8": 1.5})
+    assert payload["results"][1]["p20_us"] is None  # NaN is written as null
+    meta_back, back = bench.read_results(tmp_path / "out")
+    assert meta_back == meta
+    results[1].p20_us = None
+    assert back == results
+    with paths["csv"].open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == bench.FIELDS and rows[0]["note"] == "a, b" and rows[0]["ok"] == "True"
+    assert bench.read_results(paths["csv"]) == ({}, results)
+    md = paths["md"].read_text()
+    assert "| fp8_dynamic | 1.000× | 4.000× | 3 |" in md and "| block_fp8 | 1.500× | - | 1 |" in md
+    assert "4000 GB/s" in md and "## Notes" in md
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="not a kernel benchmark result"):
+        bench.read_results(bad)
+
+
+def test_from_dict_ignores_unknown_keys_and_reads_csv_strings():
+    r = BenchResult.from_dict(
+        {"model": "m", "layer": "o", "format": "fp8_dynamic", "provider": "helion", "kernel": "k", "m": "2",
+         "n": "64", "k": "128", "median_us": "", "gbps": "1.5", "ok": "False", "future_field": 1}
+    )  # fmt: skip
+    assert (r.m, r.n, r.median_us, r.gbps, r.ok) == (2, 64, None, 1.5, False)
+
+
+def test_compile_jobs_group_by_config():
+    shapes = [
+        BenchShape("t", "fp8_dynamic", "o", 64, 128, (1, 2, 32)),
+        BenchShape("t", "block_fp8", "o", 64, 128, (1,)),
+    ]
+
+    def pick(fmt, m, n, k):
+        return "small" if m <= 16 else "large"
+
+    jobs = bench.compile_jobs(shapes, pick=pick, candidates=bench.default_candidates())
+    assert [(j.kind, j.fmt, j.ms, j.config) for j in jobs] == [
+        ("helion", "fp8_dynamic", (1, 2), "small"),
+        ("helion", "fp8_dynamic", (32,), "large"),
+        ("helion", "block_fp8", (1,), "small"),
+        ("deep_gemm", "block_fp8", (1,), ""),
+    ]
+    no_dg = bench.compile_jobs(
+        shapes, pick=pick, candidates=bench.default_candidates(block_order=["cutlass"])
+    )
+    assert all(j.kind == "helion" for j in no_dg)
+
+
+def test_compile_job_runs_helion_on_the_cpu():
+    shape = BenchShape("t", "w8a8_int8", "o", 32, 128, (1, 3))
+    (job,) = bench.compile_jobs([shape])
+    assert bench.run_compile_job(job, device="cpu") is None
+    done = []
+    assert bench.precompile([job], 1, on_done=lambda j, e: done.append((j, e)), device="cpu") == {}
+    assert done == [(job, None)]
+    broken = bench.CompileJob("helion", "fp8_dynamic", 32, 128, (1,), config='{"block_sizes": [3]}')
+    assert bench.run_compile_job(broken, device="cpu")
+    assert bench.run_compile_job(
+        bench.CompileJob("nope", "fp8_dynamic", 32, 128, (1,)), device="cpu"
+    ).startswith("ValueError")

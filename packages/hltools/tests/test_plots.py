@@ -1,0 +1,96 @@
+"""hltools.plots: the PNGs are written (matplotlib's Agg backend) from fake results."""
+
+import pytest
+
+from hltools.bench import BenchResult
+from hltools.plots import PlotsUnavailable, plot_e2e, plot_kernel_speedups, provenance_line
+
+META = {
+    "gpu": "NVIDIA H200",
+    "torch": "2.11",
+    "triton": "3.6",
+    "helion": "1.5",
+    "vllm": "0.26",
+    "commit": "0123456789abcdef",
+}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _results():
+    out = []
+    for model in ("a", "b"):
+        for layer, n, k in (("qkv", 64, 128), ("o", 32, 128)):
+            for m, ratio in ((1, 1.3), (8, 0.9), (32, 1.1)):
+                out.append(
+                    BenchResult(
+                        model,
+                        layer,
+                        "fp8_dynamic",
+                        "vllm",
+                        "vllm cutlass_scaled_mm",
+                        m,
+                        n,
+                        k,
+                        median_us=10 * ratio,
+                        **META,
+                    )
+                )
+                out.append(
+                    BenchResult(
+                        model,
+                        layer,
+                        "fp8_dynamic",
+                        "helion",
+                        "helion scaled_mm",
+                        m,
+                        n,
+                        k,
+                        median_us=10,
+                        **META,
+                    )
+                )
+    out.append(
+        BenchResult("a", "o", "w8a8_int8", "helion", "helion scaled_mm", 1, 32, 128, median_us=10, **META)
+    )
+    return out  # fmt: skip
+
+
+def test_kernel_speedup_plot_per_format(tmp_path):
+    paths = plot_kernel_speedups(_results(), tmp_path / "out")
+    assert [p.name for p in paths] == ["kernels-fp8_dynamic.png"]  # int8 has no baseline: no plot
+    assert paths[0].read_bytes().startswith(PNG) and paths[0].stat().st_size > 10_000
+    assert plot_kernel_speedups([], tmp_path / "empty") == []
+
+
+def test_e2e_plot(tmp_path):
+    rows = [
+        {"concurrency": c, "tokens_per_s_off": 100.0 * c, "tokens_per_s_on": 110.0 * c, "speedup": 1.1,
+         "tpot_ms_off": 5.0, "tpot_ms_on": None}
+        for c in (1, 2, 4, 32)
+    ]  # fmt: skip
+    path = plot_e2e(
+        rows, tmp_path / "e2e.png", metadata={**META, "model": "qwen3-8b", "format": "fp8_dynamic"}
+    )
+    assert path.read_bytes().startswith(PNG)
+
+
+def test_provenance_line():
+    assert provenance_line({**META, "date": "2026-11-30T12:00:00+00:00"}) == (
+        "NVIDIA H200 · torch 2.11 · triton 3.6 · helion 1.5 · vllm 0.26 · commit 0123456789 · 2026-11-30"
+    )
+    assert provenance_line({}) == ""
+
+
+def test_missing_matplotlib_is_a_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(PlotsUnavailable, match="hltools bench report"):
+        plot_kernel_speedups(_results(), "unused")
