@@ -24,7 +24,6 @@ import os
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 for _k, _v in {
@@ -37,58 +36,17 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
-FP8_DYNAMIC = {
-    "quant_method": "compressed-tensors",
-    "format": "float-quantized",
-    "quantization_status": "compressed",
-    "ignore": ["lm_head"],
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {
-                "num_bits": 8,
-                "type": "float",
-                "symmetric": True,
-                "strategy": "channel",
-                "dynamic": False,
-            },
-            "input_activations": {
-                "num_bits": 8,
-                "type": "float",
-                "symmetric": True,
-                "strategy": "token",
-                "dynamic": True,
-            },
-        }
-    },
-}
+try:  # the engine-building pieces live in hltools (``hltools bench e2e`` uses them too)
+    from hltools.e2e import QUANT_CONFIGS, fill_weights, linear_kernels
+except ImportError:  # a checkout without the packages installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packages" / "hltools" / "src"))
+    from hltools.e2e import QUANT_CONFIGS, fill_weights, linear_kernels
 
-
-INT8 = {
-    **FP8_DYNAMIC,
-    "format": "int-quantized",
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {
-                "num_bits": 8,
-                "type": "int",
-                "symmetric": True,
-                "strategy": "channel",
-                "dynamic": False,
-            },
-            "input_activations": {
-                "num_bits": 8,
-                "type": "int",
-                "symmetric": True,
-                "strategy": "token",
-                "dynamic": True,
-            },
-        }
-    },
+QUANT = {
+    "fp8-dynamic": QUANT_CONFIGS["fp8_dynamic"],
+    "int8": QUANT_CONFIGS["w8a8_int8"],
+    "block-fp8": QUANT_CONFIGS["block_fp8"],
 }
-BLOCK_FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
-QUANT = {"fp8-dynamic": FP8_DYNAMIC, "int8": INT8, "block-fp8": BLOCK_FP8}
 
 
 def model_dir(layers: int, quant: str = "fp8-dynamic") -> str:
@@ -117,49 +75,6 @@ def model_dir(layers: int, quant: str = "fp8-dynamic") -> str:
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     return d
-
-
-def fill_weights(model) -> int:
-    """Overwrite every parameter in place with seeded values (identical across processes)."""
-    import torch
-
-    g = torch.Generator(device="cuda")
-    count = 0
-    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
-        g.manual_seed(zlib.crc32(name.encode()))
-        with torch.no_grad():
-            if p.dtype == torch.float8_e4m3fn:  # CUTLASS: [K, N] view of [N, K]; block: [N, K]
-                p.copy_(torch.randn(p.shape, generator=g, device=p.device).to(p.dtype))
-            elif p.dtype == torch.int8:  # vLLM 0.26 leaves dummy int8 weights uninitialised
-                p.copy_(torch.randint(-127, 128, p.shape, generator=g, device=p.device, dtype=torch.int8))
-            elif name.endswith("weight_scale_inv") or (
-                name.endswith("weight_scale") and p.numel() > 1 and p.dim() == 2 and p.shape[1] > 1
-            ):
-                k = p.shape[1] * 128  # 128x128 block scales [N/128, K/128]
-                p.copy_((0.75 + 0.5 * torch.rand(p.shape, generator=g, device=p.device)) / k**0.5)
-            elif name.endswith("weight_scale"):
-                w = dict(model.named_parameters())[name.replace("weight_scale", "weight")]
-                k = w.shape[0]  # per-channel formats hold the [K, N] view
-                amax = 127.0 if w.dtype == torch.int8 else 1.0
-                p.copy_((0.75 + 0.5 * torch.rand(p.shape, generator=g, device=p.device)) / (amax * k**0.5))
-            elif "norm" in name:
-                p.fill_(1.0)
-            elif "embed" in name:
-                p.copy_(torch.randn(p.shape, generator=g, device=p.device).to(p.dtype))
-            else:
-                p.copy_((0.02 * torch.randn(p.shape, generator=g, device=p.device)).to(p.dtype))
-        count += 1
-    return count
-
-
-def linear_kernels(model) -> dict:
-    kinds = {}
-    for name, mod in model.named_modules():
-        for owner in (getattr(mod, "scheme", None), getattr(mod, "quant_method", None)):
-            kernel = getattr(owner, "fp8_linear", None) or getattr(owner, "kernel", None)
-            if kernel is not None:
-                kinds[name.split(".")[-1]] = type(kernel).__name__
-    return kinds
 
 
 def run(args) -> int:

@@ -1,0 +1,688 @@
+"""``hltools bench e2e``: a real vLLM engine with dummy weights, with and without the plugin.
+
+The parent (:func:`run_e2e`, CPU-side) writes a ``config.json`` (the model's architecture with
+``--layers`` decoder layers and the format's ``quantization_config``; no weights, nothing
+downloaded) and starts one *worker* process per engine run (``python -m hltools.e2e worker ...``,
+:func:`worker_command`): plugin ``on`` (``HL_LINEAR_BACKEND=helion``) and ``off`` (``VLLM_PLUGINS=``,
+no plugin loaded), alternating, for ``rounds`` rounds. Round 0 starts from empty compile caches
+(``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HELION_CACHE_DIR``, one
+set per plugin setting under the output directory): its start-up time is the *cold* one; later
+rounds reuse them (*warm*).
+
+Each worker (:func:`worker_main`, on the GPU) builds ``vllm.LLM(load_format="dummy",
+max_num_seqs=32, enable_prefix_caching=False)`` with vLLM's defaults otherwise (torch.compile,
+CUDA graphs), overwrites every parameter with seeded random values (:func:`fill_weights`: vLLM
+0.26's dummy fp8 weights round to zero; the values are the same in every run), then per
+concurrency ``c``: ``c`` random prompts of ``input_len`` tokens (the same in every run), greedy,
+``ignore_eos``, one warm-up ``generate``, then ``repeats`` times ``generate`` with 1 and with
+``output_len`` output tokens. Output tokens/s = ``c * output_len / median(t_full)``; per-token
+latency (TPOT) = ``(median(t_full) - median(t_one)) / (output_len - 1)``; TTFT ~ ``median(t_one)``.
+It also records the kernels vLLM chose per layer, greedy tokens of 4 short prompts (agreement
+between the runs) and, with the plugin, which sizes were captured into CUDA graphs with Helion.
+
+Everything but :func:`worker_main` (and what it calls) runs without a GPU: the commands, the
+environments, the aggregation (:func:`summarize`) and the files are tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
+PLUGINS = ("off", "on")
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
+MAX_NUM_SEQS = 32
+AGREEMENT_PROMPTS = 4
+AGREEMENT_TOKENS = 16
+
+_CT_GROUP = {"targets": ["Linear"]}
+
+
+def _ct(kind: str, fmt_name: str) -> dict[str, Any]:
+    """A compressed-tensors W8A8 config: per-channel weights, dynamic per-token activations."""
+    args = {"num_bits": 8, "type": kind, "symmetric": True}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": fmt_name,
+        "quantization_status": "compressed",
+        "ignore": ["lm_head"],
+        "config_groups": {
+            "group_0": {
+                **_CT_GROUP,
+                "weights": {**args, "strategy": "channel", "dynamic": False},
+                "input_activations": {**args, "strategy": "token", "dynamic": True},
+            }
+        },
+    }
+
+
+#: The ``quantization_config`` of each format: compressed-tensors FP8_DYNAMIC and W8A8 int8, and
+#: vLLM's ``fp8`` method with 128x128 weight blocks (dynamic 1x128 activation groups).
+QUANT_CONFIGS: dict[str, dict[str, Any]] = {
+    "fp8_dynamic": _ct("float", "float-quantized"),
+    "w8a8_int8": _ct("int", "int-quantized"),
+    "block_fp8": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+}
+
+
+def quant_config(fmt: str) -> dict[str, Any]:
+    """A copy of the ``quantization_config`` for ``fmt``; ``ValueError`` for an unknown format."""
+    if fmt not in QUANT_CONFIGS:
+        raise ValueError(f"unknown format {fmt!r}; choose from {list(QUANT_CONFIGS)}")
+    return json.loads(json.dumps(QUANT_CONFIGS[fmt]))
+
+
+def engine_model_config(config: Mapping[str, Any], fmt: str, layers: int | None = None) -> dict[str, Any]:
+    """The ``config.json`` the engine loads: ``config`` with ``num_hidden_layers = layers`` (all when
+    None), the format's ``quantization_config``, bf16, ``rope_parameters`` from ``rope_theta`` when
+    missing (vLLM 0.26 reads either), and token ids the engine needs. Raises ``ValueError`` for an
+    unknown format or a layer count outside ``1..num_hidden_layers``."""
+    out = json.loads(json.dumps(dict(config)))
+    total = out.get("num_hidden_layers")
+    if layers is not None:
+        if layers < 1 or (isinstance(total, int) and layers > total):
+            raise ValueError(f"--layers must be in 1..{total}; got {layers}")
+        out["num_hidden_layers"] = layers
+    out["quantization_config"] = quant_config(fmt)
+    out["torch_dtype"] = out["dtype"] = "bfloat16"
+    if "rope_parameters" not in out and "rope_theta" in out:
+        out["rope_parameters"] = {"rope_type": "default", "rope_theta": out["rope_theta"]}
+    out.setdefault("bos_token_id", 1)
+    out.setdefault("eos_token_id", 2)
+    return out
+
+
+def slug(text: str) -> str:
+    """A file-name-safe short name: a config path's folder (or file stem), lower case."""
+    p = Path(text)
+    name = p.parent.name if p.name == "config.json" else (p.name if p.suffix != ".json" else p.stem)
+    return re.sub(r"[^a-z0-9._-]+", "-", (name or text).lower()).strip("-") or "model"
+
+
+# --------------------------------------------------------------------------------------------
+# Options, commands, environments (parent side)
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class E2EOptions:
+    """What one worker measures (the same for every run of a benchmark)."""
+
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    input_len: int = 128
+    output_len: int = 128
+    repeats: int = 3
+    max_num_seqs: int = MAX_NUM_SEQS
+    gpu_memory_utilization: float = 0.6
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise ValueError(f"concurrency values must be positive; got {self.concurrency}")
+        if max(self.concurrency) > self.max_num_seqs:
+            raise ValueError(
+                f"concurrency {max(self.concurrency)} exceeds max_num_seqs {self.max_num_seqs}: "
+                "those sequences would queue, not decode together"
+            )
+        if self.input_len < 1 or self.output_len < 2 or self.repeats < 1:
+            raise ValueError("input_len >= 1, output_len >= 2 and repeats >= 1 are required")
+
+    @property
+    def max_model_len(self) -> int:
+        return self.input_len + self.output_len + 16
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One engine run: plugin setting, round (0 = cold compile caches) and its files."""
+
+    plugin: str
+    round: int
+    out: Path
+    log: Path
+    cache: Path
+
+    @property
+    def cold(self) -> bool:
+        return self.round == 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.plugin}-r{self.round}"
+
+
+def plan_runs(workdir: Path, plugins: Sequence[str] = PLUGINS, rounds: int = 2) -> list[RunSpec]:
+    """Runs in execution order: each round runs every plugin setting (alternating), round 0 cold."""
+    bad = [p for p in plugins if p not in PLUGINS]
+    if bad or not plugins:
+        raise ValueError(f"plugins must be among {list(PLUGINS)}; got {list(plugins)}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1; got {rounds}")
+    workdir = Path(workdir)
+    return [
+        RunSpec(
+            p,
+            r,
+            workdir / "runs" / f"{p}-r{r}.json",
+            workdir / "runs" / f"{p}-r{r}.log",
+            workdir / f"cache-{p}",
+        )
+        for r in range(rounds)
+        for p in dict.fromkeys(plugins)
+    ]
+
+
+def worker_command(python: str, model_dir: Path, plugin: str, options: E2EOptions, out: Path) -> list[str]:
+    """The command line of one worker (``python -m hltools.e2e worker ...``)."""
+    return [
+        python,
+        "-m",
+        "hltools.e2e",
+        "worker",
+        "--plugin",
+        plugin,
+        "--model-dir",
+        str(model_dir),
+        "--concurrency",
+        ",".join(map(str, options.concurrency)),
+        "--input-len",
+        str(options.input_len),
+        "--output-len",
+        str(options.output_len),
+        "--repeats",
+        str(options.repeats),
+        "--max-num-seqs",
+        str(options.max_num_seqs),
+        "--gpu-memory-utilization",
+        str(options.gpu_memory_utilization),
+        "--seed",
+        str(options.seed),
+        "--out",
+        str(out),
+    ]
+
+
+CACHE_VARS = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_CACHE_DIR": "triton",
+    "HELION_CACHE_DIR": "helion",
+}
+BASE_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # apply_model sends fill_weights to the engine process
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",  # the GPU bundle has no FlashInfer
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def worker_env(plugin: str, cache: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: ``base`` (default ``os.environ``) plus :data:`BASE_ENV` defaults,
+    the compile-cache directories under ``cache``, and the plugin switch: ``on`` sets
+    ``HL_LINEAR_BACKEND=helion``, ``off`` sets ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and
+    drops ``HL_LINEAR_BACKEND``."""
+    env = dict(os.environ if base is None else base)
+    for k, v in BASE_ENV.items():
+        env.setdefault(k, v)
+    for var, sub in CACHE_VARS.items():
+        env[var] = str(Path(cache) / sub)
+    set_plugin(env, plugin)
+    return env
+
+
+def set_plugin(env: MutableMapping[str, str], plugin: str) -> None:
+    """The plugin switch in ``env``: ``on`` -> ``HL_LINEAR_BACKEND=helion`` (and no empty
+    ``VLLM_PLUGINS``); ``off`` -> ``VLLM_PLUGINS=`` and no ``HL_LINEAR_BACKEND``."""
+    if plugin == "on":
+        env["HL_LINEAR_BACKEND"] = "helion"
+        if env.get("VLLM_PLUGINS") == "":
+            del env["VLLM_PLUGINS"]
+    elif plugin == "off":
+        env["VLLM_PLUGINS"] = ""
+        env.pop("HL_LINEAR_BACKEND", None)
+    else:
+        raise ValueError(f"plugin must be 'on' or 'off'; got {plugin!r}")
+
+
+def shell_line(cmd: Sequence[str], env: Mapping[str, str], base: Mapping[str, str] | None = None) -> str:
+    """``cmd`` as one shell line, prefixed by the variables ``env`` sets or changes against ``base``."""
+    base = dict(os.environ if base is None else base)
+    changed = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()) if base.get(k) != v]
+    return " ".join([*changed, shlex.join(cmd)])
+
+
+# --------------------------------------------------------------------------------------------
+# Aggregation and files (parent side)
+# --------------------------------------------------------------------------------------------
+def _median(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Aggregate worker results: per concurrency, each plugin's tokens/s, TPOT and TTFT (median over
+    rounds) and the ratios; start-up times (cold = round 0, warm = median of later rounds); greedy
+    agreement of the plugin's runs with the no-plugin run of round 0."""
+    by: dict[str, list[Mapping[str, Any]]] = {}
+    for r in runs:
+        by.setdefault(r["plugin"], []).append(r)
+    concurrency = sorted({int(c) for r in runs for c in r.get("throughput", {})})
+    rows = []
+    for c in concurrency:
+        row: dict[str, Any] = {"concurrency": c}
+        for p in PLUGINS:
+            pts = [r["throughput"][str(c)] for r in by.get(p, []) if str(c) in r.get("throughput", {})]
+            row[f"tokens_per_s_{p}"] = _median([t["tokens_per_s"] for t in pts])
+            row[f"tpot_ms_{p}"] = _median([t["tpot_ms"] for t in pts])
+            row[f"ttft_ms_{p}"] = _median([t["ttft_ms"] for t in pts])
+        on, off = row["tokens_per_s_on"], row["tokens_per_s_off"]
+        row["speedup"] = on / off if on and off else None
+        lon, loff = row["tpot_ms_on"], row["tpot_ms_off"]
+        row["tpot_speedup"] = loff / lon if lon and loff else None
+        rows.append(row)
+    startup: dict[str, Any] = {}
+    for p, rs in by.items():
+        cold = [r["startup_s"] for r in rs if r.get("round") == 0]
+        warm = [r["startup_s"] for r in rs if r.get("round", 0) > 0]
+        startup[p] = {"cold_s": cold[0] if cold else None, "warm_s": _median(warm)}
+    for kind in ("cold_s", "warm_s"):
+        a, b = startup.get("on", {}).get(kind), startup.get("off", {}).get(kind)
+        startup[f"delta_{kind}"] = a - b if a is not None and b is not None else None
+    agreement = None
+    ref = next((r for r in by.get("off", []) if r.get("round") == 0 and r.get("greedy")), None)
+    if ref:
+        agreement = {}
+        for r in by.get("on", []):
+            if r.get("greedy"):
+                same = sum(a == b for a, b in zip(r["greedy"], ref["greedy"], strict=False))
+                agreement[f"on-r{r.get('round')}"] = f"{same}/{len(ref['greedy'])}"
+    return {"rows": rows, "startup": startup, "greedy_agreement": agreement}
+
+
+SUMMARY_FIELDS = (
+    "concurrency",
+    "tokens_per_s_off",
+    "tokens_per_s_on",
+    "speedup",
+    "tpot_ms_off",
+    "tpot_ms_on",
+    "tpot_speedup",
+    "ttft_ms_off",
+    "ttft_ms_on",
+)
+
+
+def write_e2e(
+    output: Path, stem: str, metadata: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]
+) -> dict:
+    """``output/<stem>.json`` (metadata, summary, raw runs) and ``<stem>.csv`` (one row per
+    concurrency, :data:`SUMMARY_FIELDS`); returns ``{"json": path, "csv": path, "summary": ...}``."""
+    from hltools.bench import write_csv, write_json
+
+    summary = summarize(runs)
+    paths = {"json": Path(output) / f"{stem}.json", "csv": Path(output) / f"{stem}.csv"}
+    write_json(paths["json"], {"metadata": dict(metadata), "summary": summary, "runs": list(runs)})
+    write_csv(paths["csv"], summary["rows"], SUMMARY_FIELDS)
+    return {**paths, "summary": summary}
+
+
+def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    """The e2e summary as markdown (provenance, one row per concurrency, start-up times)."""
+
+    def f(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    lines = [
+        f"# vLLM end to end: {metadata.get('model')} {metadata.get('format')}, {metadata.get('layers')} layers",
+        "",
+        " · ".join(
+            f"{k} {metadata[k]}"
+            for k in ("gpu", "torch", "triton", "helion", "vllm", "commit", "date")
+            if metadata.get(k)
+        ),
+        "",
+        "| concurrency | tok/s vLLM | tok/s hlvllm | speedup | TPOT ms vLLM | TPOT ms hlvllm | TTFT ms vLLM | TTFT ms hlvllm |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in summary["rows"]:
+        lines.append(
+            f"| {r['concurrency']} | {f(r['tokens_per_s_off'], '.0f')} | {f(r['tokens_per_s_on'], '.0f')} | "
+            f"{f(r['speedup'], '.3f')} | {f(r['tpot_ms_off'], '.2f')} | {f(r['tpot_ms_on'], '.2f')} | "
+            f"{f(r['ttft_ms_off'], '.1f')} | {f(r['ttft_ms_on'], '.1f')} |"
+        )
+    s = summary["startup"]
+    lines += ["", "| start-up | vLLM s | hlvllm s | delta s |", "| --- | --- | --- | --- |"]
+    for kind, label in (("cold_s", "cold caches"), ("warm_s", "warm caches")):
+        off, on = s.get("off", {}).get(kind), s.get("on", {}).get(kind)
+        lines.append(f"| {label} | {f(off, '.1f')} | {f(on, '.1f')} | {f(s.get('delta_' + kind), '+.1f')} |")
+    if summary.get("greedy_agreement"):
+        agree = ", ".join(f"{k}: {v}" for k, v in summary["greedy_agreement"].items())
+        lines += [
+            "",
+            f"Greedy agreement with the no-plugin run ({AGREEMENT_PROMPTS} prompts x {AGREEMENT_TOKENS} tokens): {agree}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class E2EReport:
+    """What :func:`run_e2e` did: the runs' results (raw dicts), failures (run name -> message), files."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    files: dict[str, Any] = field(default_factory=dict)
+
+
+Launcher = Callable[[list[str], dict[str, str], Path, float | None], int]  # (cmd, env, log, timeout) -> rc
+
+
+def subprocess_launcher(cmd: list[str], env: dict[str, str], log: Path, timeout: float | None) -> int:
+    """Run ``cmd`` with ``env``, stdout and stderr into ``log``; the return code (124 on timeout)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        try:
+            return subprocess.run(
+                cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
+            ).returncode
+        except subprocess.TimeoutExpired:
+            f.write(f"\n[hltools] worker killed after {timeout} s\n")
+            return 124
+
+
+def run_e2e(
+    *,
+    model: str,
+    model_config: Mapping[str, Any],
+    fmt: str,
+    layers: int | None,
+    options: E2EOptions,
+    output: Path,
+    plugins: Sequence[str] = PLUGINS,
+    rounds: int = 2,
+    python: str = sys.executable,
+    launcher: Launcher = subprocess_launcher,
+    timeout: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    on_run: Callable[[RunSpec, str], None] | None = None,
+) -> E2EReport:
+    """Run every engine of :func:`plan_runs` in turn and write the results (see the module docstring).
+
+    Files under ``output``: ``e2e-<model>-<format>/model/config.json``, ``.../runs/<plugin>-r<round>
+    .{json,log}``, ``.../cache-<plugin>/`` (compile caches, emptied before round 0), and
+    ``e2e-<model>-<format>.{json,csv,md}`` (plus the PNG, drawn by the caller). A worker that fails
+    is recorded (its log's tail in ``failed``) and the others still run. ``on_run(spec, event)`` is
+    called with ``"start"``, ``"done"`` or ``"failed"``."""
+    import shutil
+
+    stem = f"e2e-{slug(model)}-{fmt}"
+    workdir = Path(output) / stem
+    cfg = engine_model_config(model_config, fmt, layers)
+    model_dir = workdir / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    report = E2EReport()
+    specs = plan_runs(workdir, plugins, rounds)
+    for cache in {s.cache for s in specs}:
+        shutil.rmtree(cache, ignore_errors=True)
+    for spec in specs:
+        cmd = worker_command(python, model_dir, spec.plugin, options, spec.out)
+        env = worker_env(spec.plugin, spec.cache)
+        spec.out.parent.mkdir(parents=True, exist_ok=True)
+        spec.out.unlink(missing_ok=True)
+        if on_run:
+            on_run(spec, "start")
+        rc = launcher(cmd, env, spec.log, timeout)
+        if rc == 0 and spec.out.exists():
+            result = json.loads(spec.out.read_text())
+            result["round"] = spec.round
+            result["cold"] = spec.cold
+            report.runs.append(result)
+            if on_run:
+                on_run(spec, "done")
+        else:
+            tail = spec.log.read_text()[-2000:] if spec.log.exists() else ""
+            report.failed[spec.name] = f"exit code {rc}; log {spec.log}:\n{tail}"
+            if on_run:
+                on_run(spec, "failed")
+    meta = {
+        **dict(metadata or {}),
+        "model": model,
+        "format": fmt,
+        "layers": cfg.get("num_hidden_layers"),
+        "model_layers": model_config.get("num_hidden_layers"),
+        "options": asdict(options),
+        "plugins": list(plugins),
+        "rounds": rounds,
+        "failed": report.failed,
+    }
+    if report.runs:
+        first = report.runs[0]
+        for key in ("gpu", "torch", "triton", "helion", "vllm"):
+            meta.setdefault(key, first.get(key, ""))
+    written = write_e2e(Path(output), stem, meta, report.runs)
+    md = Path(output) / f"{stem}.md"
+    md.write_text(summary_markdown(meta, written["summary"]))
+    report.files = {**written, "md": md, "stem": stem, "metadata": meta}
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# Worker (GPU side)
+# --------------------------------------------------------------------------------------------
+def fill_weights(model) -> int:
+    """Overwrite every parameter in place with seeded values (identical across processes): fp8 and
+    int8 weights random, weight scales ~ 1/sqrt(K) (so activations keep their size), norms 1."""
+    import torch
+
+    g = torch.Generator(device="cuda")
+    count = 0
+    params = dict(model.named_parameters())
+    for name, p in sorted(params.items(), key=lambda kv: kv[0]):
+        g.manual_seed(zlib.crc32(name.encode()))
+        with torch.no_grad():
+            if p.dtype == torch.float8_e4m3fn:  # CUTLASS: [K, N] view of [N, K]; block: [N, K]
+                p.copy_(torch.randn(p.shape, generator=g, device=p.device).to(p.dtype))
+            elif p.dtype == torch.int8:  # vLLM 0.26 leaves dummy int8 weights uninitialised
+                p.copy_(torch.randint(-127, 128, p.shape, generator=g, device=p.device, dtype=torch.int8))
+            elif name.endswith("weight_scale_inv") or (
+                name.endswith("weight_scale") and p.numel() > 1 and p.dim() == 2 and p.shape[1] > 1
+            ):
+                k = p.shape[1] * 128  # 128x128 block scales [N/128, K/128]
+                p.copy_((0.75 + 0.5 * torch.rand(p.shape, generator=g, device=p.device)) / k**0.5)
+            elif name.endswith("weight_scale"):
+                w = params[name.replace("weight_scale", "weight")]
+                k = w.shape[0]  # per-channel formats hold the [K, N] view
+                amax = 127.0 if w.dtype == torch.int8 else 1.0
+                p.copy_((0.75 + 0.5 * torch.rand(p.shape, generator=g, device=p.device)) / (amax * k**0.5))
+            elif "norm" in name:
+                p.fill_(1.0)
+            elif "embed" in name:
+                p.copy_(torch.randn(p.shape, generator=g, device=p.device).to(p.dtype))
+            else:
+                p.copy_((0.02 * torch.randn(p.shape, generator=g, device=p.device)).to(p.dtype))
+        count += 1
+    return count
+
+
+def linear_kernels(model) -> dict[str, str]:
+    """Layer kind (last name part, e.g. ``qkv_proj``) -> class name of the linear kernel vLLM chose."""
+    kinds = {}
+    for name, mod in model.named_modules():
+        for owner in (getattr(mod, "scheme", None), getattr(mod, "quant_method", None)):
+            kernel = getattr(owner, "fp8_linear", None) or getattr(owner, "kernel", None)
+            if kernel is not None:
+                kinds[name.split(".")[-1]] = type(kernel).__name__
+    return kinds
+
+
+def dispatch_counts(model) -> dict[str, dict[str, list[list[int]]]]:
+    """hlvllm's ``CAPTURE_COUNTS`` in the process that holds ``model``: route -> M -> [[N, K, count]]."""
+    try:
+        from hlvllm.dispatch import CAPTURE_COUNTS
+    except ImportError:
+        return {}
+    out: dict[str, dict[str, list[list[int]]]] = {}
+    for (route, m, n, k), c in sorted(CAPTURE_COUNTS.items()):
+        out.setdefault(route, {}).setdefault(str(m), []).append([n, k, c])
+    return out
+
+
+def _prompts(n: int, length: int, vocab: int, seed: int) -> list[dict[str, list[int]]]:
+    import random
+
+    rng = random.Random(seed)
+    hi = max(4, min(vocab, 32000)) - 1
+    return [{"prompt_token_ids": [rng.randint(3, hi) for _ in range(length)]} for _ in range(n)]
+
+
+def measure_throughput(generate, make_prompts, options: E2EOptions, clock=time.perf_counter) -> dict:
+    """Per concurrency: tokens/s, TPOT and TTFT from timed ``generate(prompts, max_tokens)`` calls
+    (see the module docstring). ``generate`` returns the number of output tokens it produced."""
+    out = {}
+    for c in options.concurrency:
+        prompts = make_prompts(c)
+        generate(prompts, options.output_len)  # warm-up (first prefill at this batch size)
+        full, one = [], []
+        for _ in range(options.repeats):
+            t0 = clock()
+            generate(prompts, 1)
+            one.append(clock() - t0)
+            t0 = clock()
+            produced = generate(prompts, options.output_len)
+            full.append(clock() - t0)
+        if produced != c * options.output_len:
+            raise RuntimeError(
+                f"concurrency {c}: {produced} output tokens, expected {c * options.output_len}"
+            )
+        t_full, t_one = statistics.median(full), statistics.median(one)
+        out[str(c)] = {
+            "tokens_per_s": c * options.output_len / t_full,
+            "tpot_ms": 1e3 * max(t_full - t_one, 0.0) / (options.output_len - 1),
+            "ttft_ms": 1e3 * t_one,
+            "samples_full_s": full,
+            "samples_one_s": one,
+        }
+    return out
+
+
+def worker_main(args: argparse.Namespace) -> int:
+    """One engine run (on the GPU); writes ``args.out``. Sets the plugin switch of ``args.plugin`` in
+    its own environment too (as :func:`worker_env` does), before vLLM is imported."""
+    import importlib.metadata as md
+
+    for k, v in BASE_ENV.items():
+        os.environ.setdefault(k, v)
+    set_plugin(os.environ, args.plugin)
+
+    import torch
+    from vllm import LLM, SamplingParams
+
+    from hltools.bench import versions
+
+    options = E2EOptions(
+        concurrency=tuple(int(c) for c in args.concurrency.split(",")),
+        input_len=args.input_len,
+        output_len=args.output_len,
+        repeats=args.repeats,
+        max_num_seqs=args.max_num_seqs,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        seed=args.seed,
+    )
+    config = json.loads((Path(args.model_dir) / "config.json").read_text())
+    t0 = time.perf_counter()
+    llm = LLM(
+        model=str(args.model_dir),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        max_model_len=options.max_model_len,
+        max_num_seqs=options.max_num_seqs,
+        enable_prefix_caching=False,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        seed=options.seed,
+    )
+    startup_s = time.perf_counter() - t0
+    filled = llm.apply_model(fill_weights)[0]
+    kernels = llm.apply_model(linear_kernels)[0]
+    print(
+        f"[hltools] engine ready in {startup_s:.1f} s; {filled} parameters filled; kernels {kernels}",
+        flush=True,
+    )
+    vocab = int(config.get("vocab_size", 32000))
+
+    def generate(prompts, max_tokens: int) -> int:
+        sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
+        outs = llm.generate(prompts, sp, use_tqdm=False)
+        return sum(len(o.outputs[0].token_ids) for o in outs)
+
+    greedy_sp = SamplingParams(
+        max_tokens=AGREEMENT_TOKENS, temperature=0.0, ignore_eos=True, detokenize=False
+    )
+    outs = llm.generate(_prompts(AGREEMENT_PROMPTS, 16, vocab, options.seed + 1), greedy_sp, use_tqdm=False)
+    greedy = [list(o.outputs[0].token_ids) for o in outs]
+    throughput = measure_throughput(
+        generate, lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c), options
+    )
+    captured = llm.apply_model(dispatch_counts)[0] if args.plugin == "on" else {}
+    v = versions()
+    result = {
+        "plugin": args.plugin,
+        "gpu": torch.cuda.get_device_name(),
+        **{d: v.get(d, "") for d in ("torch", "triton", "helion", "vllm")},
+        "hlvllm": _dist_version(md, "hlvllm"),
+        "layers": config.get("num_hidden_layers"),
+        "startup_s": startup_s,
+        "kernels": kernels,
+        "captured": captured,
+        "greedy": greedy,
+        "throughput": throughput,
+        "options": asdict(options),
+        "env": {k: os.environ.get(k) for k in ("HL_LINEAR_BACKEND", "VLLM_PLUGINS", "VLLM_USE_DEEP_GEMM")},
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    summary = {c: round(t["tokens_per_s"], 1) for c, t in throughput.items()}
+    print(f"[hltools] plugin {args.plugin}: start-up {startup_s:.1f} s; tokens/s {summary}", flush=True)
+    return 0
+
+
+def _dist_version(md, dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m hltools.e2e worker ...`` (what :func:`worker_command` builds)."""
+    p = argparse.ArgumentParser(prog="python -m hltools.e2e", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("worker", help="one engine run (needs a GPU); the plugin switch is in the environment")
+    w.add_argument("--plugin", choices=PLUGINS, required=True)
+    w.add_argument("--model-dir", required=True)
+    w.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)))
+    w.add_argument("--input-len", type=int, default=128)
+    w.add_argument("--output-len", type=int, default=128)
+    w.add_argument("--repeats", type=int, default=3)
+    w.add_argument("--max-num-seqs", type=int, default=MAX_NUM_SEQS)
+    w.add_argument("--gpu-memory-utilization", type=float, default=0.6)
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    return worker_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
