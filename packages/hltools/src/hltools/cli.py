@@ -26,14 +26,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hltools.bench_cli import bench_app
 from hltools.shapes import linear_shapes, list_models, load_model_config
 
 app = typer.Typer(
-    help="Tools for hl: validate and autotune (later bench) Helion kernels on a model's shapes.",
+    help="Tools for hl: validate, autotune and bench Helion kernels on a model's shapes.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
 )
+app.add_typer(bench_app, name="bench")
 
 DEFAULT_NUM_TOKENS = "1,2,4,8,16,24,32"  # vLLM's CUDA-graph decode sizes up to 32 (design §4)
 DEFAULT_CPU_SCALE = 64

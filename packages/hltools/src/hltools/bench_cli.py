@@ -1,0 +1,525 @@
+"""``hltools bench``: ``kernels`` (Helion vs vLLM's default kernels, per shape), ``e2e`` (a vLLM
+engine with and without the plugin) and ``report`` (tables and plots again from saved results).
+
+Mounted on the main app by :mod:`hltools.cli`. Heavy imports (torch, helion, vLLM, matplotlib)
+happen inside the commands, so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hltools.shapes import load_model_config
+
+bench_app = typer.Typer(
+    help="Benchmarks: Helion vs vLLM's default kernels per shape (`kernels`), a vLLM engine with and "
+    "without the plugin (`e2e`), tables and plots from saved results (`report`).",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+)
+
+DEFAULT_NUM_TOKENS = "1,2,4,8,16,24,32"
+DEFAULT_OUTPUT = Path("bench-results")
+NO_GPU_EXIT = 2
+
+
+class OutDtype(StrEnum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=max(console.width, 200))
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected comma-separated integers, got {text!r}", param_hint=option
+        ) from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"expected positive integers, got {text!r}", param_hint=option)
+    return list(dict.fromkeys(values))
+
+
+def _names(text: str) -> list[str]:
+    return list(dict.fromkeys(v for v in text.replace(" ", "").split(",") if v))
+
+
+def _load_models(model: str) -> list[tuple[str, dict]]:
+    out = []
+    for name in _names(model):
+        try:
+            out.append((name, load_model_config(name)))
+        except (ValueError, FileNotFoundError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--model") from None
+    if not out:
+        raise typer.BadParameter("no model given", param_hint="--model")
+    return out
+
+
+def _no_gpu(console: Console, what: str, hint: str) -> None:
+    console.print(f"[bold red]hltools bench {what} needs a CUDA GPU[/] ({hint}); none was found.")
+    raise typer.Exit(NO_GPU_EXIT)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _command() -> str:
+    return shlex.join(["hltools", *sys.argv[1:]])
+
+
+# --------------------------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------------------------
+def kernel_table(rows: list[dict[str, str]], title: str) -> Table:
+    """A rich table of :func:`hltools.bench.table_rows` rows."""
+    table = Table(title=title)
+    cols = [c for c in rows[0] if c != "format"] if rows else []
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("model", "layer", "vLLM kernel") else "right")
+    for r in rows:
+        table.add_row(*(r[c] for c in cols))
+    return table
+
+
+def print_kernel_summary(console: Console, results, metadata: dict | None = None) -> None:
+    """One table per format, then the geomean speedups per format."""
+    from hltools import bench
+
+    rows = bench.table_rows(results)
+    for fmt in dict.fromkeys(r["format"] for r in rows):
+        console.print(kernel_table([r for r in rows if r["format"] == fmt], f"{fmt}: per-call µs (median)"))
+    for baseline, label in (("vllm", "vLLM's default kernel"), ("torch", "torch._scaled_mm")):
+        g = bench.geomean_by_format(results, baseline)
+        if g:
+            line = ", ".join(f"{fmt} {v:.3f}x" for fmt, v in g.items())
+            console.print(f"geomean speedup of Helion vs {label}: {line}", style="bold")
+
+
+def _plot_kernels(console: Console, results, output: Path, metadata: dict) -> None:
+    from hltools.plots import PlotsUnavailable, plot_kernel_speedups
+
+    try:
+        for path in plot_kernel_speedups(results, output, metadata=metadata):
+            console.print(f"wrote {path}")
+    except PlotsUnavailable as exc:
+        console.print(f"[yellow]no plots: {exc}")
+
+
+@bench_app.command()
+def kernels(
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Embedded model name(s), comma-separated (see `hltools validate --list-models`; an HF id "
+            "such as Qwen/Qwen3-8B matches by its last part), or paths to config.json files."
+        ),
+    ] = "qwen3-8b",
+    formats: Annotated[
+        str, typer.Option(help="Comma-separated formats: fp8_dynamic, w8a8_int8, block_fp8.")
+    ] = "fp8_dynamic,w8a8_int8,block_fp8",
+    tp: Annotated[
+        int, typer.Option(min=1, help="Tensor-parallel size: N/tp column-, K/tp row-parallel.")
+    ] = 1,
+    num_tokens: Annotated[str, typer.Option(help="Comma-separated M values.")] = DEFAULT_NUM_TOKENS,
+    output: Annotated[
+        Path, typer.Option(help="Directory for kernels.{json,csv,md} and kernels-<format>.png.")
+    ] = DEFAULT_OUTPUT,
+    out_dtype: Annotated[OutDtype, typer.Option(help="Output dtype.")] = OutDtype.bf16,
+    layer: Annotated[
+        list[str] | None, typer.Option(help="Only these layers (qkv, o, gate_up, down); repeatable.")
+    ] = None,
+    repeats: Annotated[int, typer.Option(min=3, help="Timed CUDA-graph replays per measurement.")] = 20,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed replays first.")] = 3,
+    baselines: Annotated[
+        str, typer.Option(help="Comma-separated baselines to time next to Helion: vllm, torch.")
+    ] = "vllm,torch",
+    block_providers: Annotated[
+        str,
+        typer.Option(
+            help="vLLM block-FP8 kernels to try, in order (the first that works is vLLM's default): "
+            "deep_gemm, cutlass, triton. DeepGEMM JIT-compiles each shape with nvcc on first use."
+        ),
+    ] = "deep_gemm,cutlass,triton",
+    seed: Annotated[int, typer.Option(help="Seed of the generated inputs.")] = 0,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Processes that compile the Helion (and DeepGEMM) kernels in parallel before timing "
+            "(fills the on-disk caches); default min(16, CPUs); 0 or 1: compile in the timed loop.",
+        ),
+    ] = None,
+    plots: Annotated[bool, typer.Option(help="Write a PNG per format (needs matplotlib).")] = True,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Print the shapes and candidate kernels and exit; needs no GPU.")
+    ] = False,
+) -> None:
+    """Time Helion's scaled GEMM against vLLM's default kernel for each format (and torch._scaled_mm)
+    on every linear (N, K) of the model(s) x num_tokens, side by side in one process.
+
+    Each time is the median per-call device time of CUDA-graph replays rotating over weight copies
+    larger than 4 x L2 (`hltools.timing`); GB/s and % of the measured copy bandwidth count the fewest
+    bytes a call moves. Writes kernels.json / kernels.csv (one row per provider and point, with GPU,
+    versions and commit), kernels.md (tables, geomean per format) and kernels-<format>.png (speedup
+    distribution). Needs a CUDA GPU (exit 2 without one, except --list). Exits 1 if a Helion
+    point failed (and prints a command that reruns it).
+    """
+    from hltools import bench
+
+    console = _console()
+    models = _load_models(model)
+    fmts = _names(formats)
+    tokens = _ints(num_tokens, "--num-tokens")
+    try:
+        shapes = bench.bench_shapes(models, fmts, tokens, tp=tp, layers=layer)
+        candidates = bench.default_candidates(_names(baselines), _names(block_providers))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if list_:
+        table = Table(title=f"kernel benchmark points (tp {tp})")
+        for col in ("model", "format", "layer", "N", "K", "M", "providers (tried in order)"):
+            table.add_column(col, justify="right" if col in ("N", "K") else "left")
+        for s in shapes:
+            chains = "; ".join(
+                f"{p}: " + " > ".join(c.kernel for c in cs if s.fmt in c.formats)
+                for p, cs in candidates.items()
+                if any(s.fmt in c.formats for c in cs)
+            )
+            table.add_row(s.model, s.fmt, s.layer, str(s.n), str(s.k), ",".join(map(str, s.ms)), chains)
+        console.print(table)
+        console.print(f"{len(shapes)} shapes, {sum(len(s.ms) for s in shapes)} points")
+        return
+    if not _cuda_available():
+        _no_gpu(console, "kernels", "it times kernels on the device; `--list` shows the points without one")
+
+    import functools
+
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hltools.timing import copies_for, copy_bandwidth_gbs, time_graph
+
+    dtype = {OutDtype.bf16: torch.bfloat16, OutDtype.fp16: torch.float16}[out_dtype]
+    gpu = torch.cuda.get_device_name()
+    bandwidth = copy_bandwidth_gbs()
+    shared = bench.provenance(gpu)
+    metadata = {
+        **shared,
+        "command": _command(),
+        "models": [m for m, _ in models],
+        "formats": fmts,
+        "tp": tp,
+        "num_tokens": tokens,
+        "out_dtype": out_dtype.value,
+        "repeats": repeats,
+        "warmup": warmup,
+        "seed": seed,
+        "copy_bandwidth_gbs": bandwidth,
+        "candidates": {p: [c.kernel for c in cs] for p, cs in candidates.items()},
+    }
+    flash = bench.flashinfer_note()
+    if flash:
+        metadata["flashinfer"] = flash
+        console.print(f"[yellow]{flash}")
+    console.print(
+        f"GPU {gpu}: measured copy bandwidth {bandwidth:.0f} GB/s; {len(shapes)} shapes -> {output}"
+    )
+    start = time.monotonic()
+    workers = min(16, os.cpu_count() or 1) if jobs is None else jobs
+    if workers > 1:
+        todo = bench.compile_jobs(shapes, out_dtype=out_dtype.value, candidates=candidates)
+        with Progress(
+            TextColumn("precompiling"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as pre:
+            ptask = pre.add_task("precompile", total=len(todo))
+            errors = bench.precompile(todo, workers, on_done=lambda job, err: pre.advance(ptask))
+        metadata["precompile_s"] = round(time.monotonic() - start, 1)
+        console.print(
+            f"precompiled {len(todo)} kernels in {metadata['precompile_s']} s with {workers} processes"
+            + (f"; {len(errors)} failed (the timed loop retries them and reports)" if errors else "")
+        )
+
+    def inputs_for(shape, copies):
+        return bench.make_inputs(
+            shape.fmt, shape.n, shape.k, max(shape.ms), copies, device="cuda", out_dtype=dtype, seed=seed
+        )
+
+    from hlcore.testing import tolerance
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("kernels", total=sum(len(s.ms) for s in shapes))
+
+        def on_shape(s):
+            progress.update(task, description=f"{s.model} {s.fmt} {s.layer} N={s.n} K={s.k}")
+
+        def on_result(r):
+            if r.provider == "helion":
+                progress.advance(task)
+            if r.note and not r.ok:
+                progress.console.print(
+                    f"[yellow]{r.format} {r.layer} M={r.m} {r.provider}: {r.note}", highlight=False
+                )
+
+        results = bench.run_kernel_bench(
+            shapes,
+            candidates=candidates,
+            timer=functools.partial(time_graph, repeats=repeats, warmup=warmup),
+            inputs_for=inputs_for,
+            copies_for=lambda n, k: copies_for(n * k),
+            bandwidth_gbs=bandwidth,
+            shared=shared,
+            repeats=repeats,
+            tolerance=tolerance,
+            on_result=on_result,
+            on_shape=on_shape,
+        )
+    metadata["seconds"] = round(time.monotonic() - start, 1)
+    paths = bench.write_results(output, results, metadata)
+    print_kernel_summary(console, results, metadata)
+    console.print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']} ({metadata['seconds']} s)")
+    if plots:
+        _plot_kernels(console, results, output, metadata)
+    failed = bench.failures(results)
+    if failed:
+        console.print(f"{len(failed)} Helion point(s) failed; rerun one with:", style="bold red")
+        for r in failed:
+            console.print(f"  {repro_command(r, metadata)}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def repro_command(r, metadata: dict) -> str:
+    """The ``hltools bench kernels`` command that reruns only the point of result ``r``."""
+    parts = ["hltools", "bench", "kernels", "--model", r.model, "--formats", r.format, "--tp", str(r.tp)]
+    for name in r.layer.split("/"):
+        parts += ["--layer", name]
+    parts += ["--num-tokens", str(r.m), "--out-dtype", r.out_dtype, "--seed", str(metadata.get("seed", 0))]
+    return shlex.join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# e2e
+# --------------------------------------------------------------------------------------------
+def e2e_table(summary: dict, title: str) -> Table:
+    """A rich table of :func:`hltools.e2e.summarize`'s rows."""
+
+    def f(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    table = Table(title=title)
+    cols = ("concurrency", "tok/s vLLM", "tok/s hlvllm", "speedup", "TPOT ms vLLM", "TPOT ms hlvllm")
+    for c in cols:
+        table.add_column(c, justify="right")
+    for r in summary["rows"]:
+        table.add_row(
+            str(r["concurrency"]),
+            f(r["tokens_per_s_off"], ".0f"),
+            f(r["tokens_per_s_on"], ".0f"),
+            f(r["speedup"], ".3f"),
+            f(r["tpot_ms_off"], ".2f"),
+            f(r["tpot_ms_on"], ".2f"),
+        )
+    return table
+
+
+@bench_app.command()
+def e2e(
+    model: Annotated[
+        str,
+        typer.Option(help="Embedded model name or a path to a config.json (architecture only; no weights)."),
+    ] = "qwen3-8b",
+    fmt: Annotated[
+        str, typer.Option("--format", help="fp8_dynamic, w8a8_int8 or block_fp8.")
+    ] = "fp8_dynamic",
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Decoder layers to build (fewer = faster start-up; shapes stay real). Default: all."
+        ),
+    ] = None,
+    concurrency: Annotated[
+        str, typer.Option(help="Comma-separated numbers of sequences decoded together (<= 32).")
+    ] = "1,2,4,8,16,32",
+    input_len: Annotated[int, typer.Option(min=1, help="Prompt tokens per sequence.")] = 128,
+    output_len: Annotated[int, typer.Option(min=2, help="Output tokens per sequence (ignore_eos).")] = 128,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed generate calls per concurrency and length.")] = 3,
+    rounds: Annotated[
+        int,
+        typer.Option(min=1, help="Engine runs per plugin setting; round 1 cold caches, later rounds warm."),
+    ] = 2,
+    plugins: Annotated[
+        str, typer.Option(help="Which engines: off, on (comma-separated, run alternating).")
+    ] = "off,on",
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")] = 0.6,
+    seed: Annotated[int, typer.Option(help="Seed of the prompts and the engine.")] = 0,
+    output: Annotated[
+        Path, typer.Option(help="Directory for e2e-<model>-<format>.{json,csv,md,png}.")
+    ] = DEFAULT_OUTPUT,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds after which one engine run is killed (default: none).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the engine runs' command lines and exit; needs no GPU.")
+    ] = False,
+) -> None:
+    """Output tokens/s and per-token latency of a real vLLM engine (dummy weights from the model's
+    config.json) with and without the plugin, at each concurrency; engine start-up time with cold
+    and warm compile caches.
+
+    Each engine runs in its own process (`python -m hltools.e2e worker`), max_num_seqs 32, prefix
+    caching off, fixed input/output lengths, greedy. Writes e2e-<model>-<format>.{json,csv,md} and
+    a PNG of the speedup vs concurrency. Needs a CUDA GPU (exit 2 without one, except --dry-run).
+    Exits 1 if an engine run failed (its log is kept under the output directory).
+    """
+    from hltools import e2e as e
+
+    console = _console()
+    try:
+        config = load_model_config(model)
+    except (ValueError, FileNotFoundError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model") from None
+    try:
+        options = e.E2EOptions(
+            concurrency=tuple(_ints(concurrency, "--concurrency")),
+            input_len=input_len,
+            output_len=output_len,
+            repeats=repeats,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+        )
+        cfg = e.engine_model_config(config, fmt, layers)
+        specs = e.plan_runs(output / f"e2e-{e.slug(model)}-{fmt}", _names(plugins), rounds)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if dry_run:
+        stem = f"e2e-{e.slug(model)}-{fmt}"
+        console.print(
+            f"{len(specs)} engine runs of {model} ({cfg['num_hidden_layers']} layers, {fmt}); model "
+            f"dir {output / stem / 'model'}; in this order:"
+        )
+        for s in specs:
+            cmd = e.worker_command(sys.executable, output / stem / "model", s.plugin, options, s.out)
+            line = e.shell_line(cmd, e.worker_env(s.plugin, s.cache))
+            console.print(f"# {s.name} ({'cold' if s.cold else 'warm'} caches)", highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    if not _cuda_available():
+        _no_gpu(console, "e2e", "it starts vLLM engines; `--dry-run` prints their command lines without one")
+
+    from hltools import bench
+
+    def on_run(spec, event):
+        what = f"engine run {spec.name} ({'cold' if spec.cold else 'warm'} compile caches)"
+        if event == "start":
+            console.print(f"{what}: starting", highlight=False)
+        else:
+            console.print(f"{what}: [{'green' if event == 'done' else 'bold red'}]{event}", highlight=False)
+
+    report = e.run_e2e(
+        model=model,
+        model_config=config,
+        fmt=fmt,
+        layers=layers,
+        options=options,
+        output=output,
+        plugins=_names(plugins),
+        rounds=rounds,
+        timeout=timeout,
+        metadata={"command": _command(), "commit": bench.git_commit()},
+        on_run=on_run,
+    )
+    summary, meta = report.files["summary"], report.files["metadata"]
+    console.print(e2e_table(summary, f"{model} {fmt}, {meta['layers']} layers: output tokens/s"))
+    s = summary["startup"]
+    console.print(f"start-up (s): {s}")
+    console.print(f"wrote {report.files['json']}, {report.files['csv']}, {report.files['md']}")
+    _plot_e2e(console, summary, output / f"{report.files['stem']}.png", meta)
+    if report.failed:
+        for name, msg in report.failed.items():
+            console.print(f"[bold red]engine run {name} failed[/]: {msg}", highlight=False)
+        raise typer.Exit(1)
+
+
+def _plot_e2e(console: Console, summary: dict, path: Path, meta: dict) -> None:
+    from hltools.plots import PlotsUnavailable, plot_e2e
+
+    if not summary["rows"]:
+        return
+    try:
+        console.print(f"wrote {plot_e2e(summary['rows'], path, metadata=meta)}")
+    except PlotsUnavailable as exc:
+        console.print(f"[yellow]no plot: {exc}")
+
+
+# --------------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------------
+@bench_app.command()
+def report(
+    directory: Annotated[Path, typer.Argument(help="An output directory of `bench kernels` / `bench e2e`.")],
+    plots: Annotated[bool, typer.Option(help="(Re)draw the PNGs.")] = True,
+) -> None:
+    """Print the tables and geomeans of saved results and redraw their markdown and PNGs (for results
+    measured where matplotlib is not installed). Exits 1 when the directory holds no results."""
+    import json
+
+    from hltools import bench
+    from hltools import e2e as e
+
+    console = _console()
+    found = False
+    if (directory / bench.RESULTS_JSON).is_file():
+        found = True
+        try:
+            metadata, results = bench.read_results(directory)
+        except ValueError as exc:
+            console.print(f"[bold red]{exc}")
+            raise typer.Exit(1) from None
+        print_kernel_summary(console, results, metadata)
+        (directory / bench.SUMMARY_MD).write_text(bench.summary_markdown(results, metadata))
+        if plots:
+            _plot_kernels(console, results, directory, metadata)
+    for path in sorted(directory.glob("e2e-*.json")):
+        payload = json.loads(path.read_text())
+        if "summary" not in payload:
+            continue
+        found = True
+        meta, runs = payload.get("metadata", {}), payload.get("runs", [])
+        summary = e.summarize(runs)
+        console.print(e2e_table(summary, f"{path.stem}: output tokens/s"))
+        path.with_suffix(".md").write_text(e.summary_markdown(meta, summary))
+        if plots:
+            _plot_e2e(console, summary, path.with_suffix(".png"), meta)
+    if not found:
+        console.print(f"[bold red]no kernels.json or e2e-*.json results in {directory}")
+        raise typer.Exit(1)

@@ -1,0 +1,172 @@
+"""``hltools bench`` on the CPU: exit 2 with a clear message without a GPU, ``--list`` and
+``--dry-run`` (no GPU needed), argument errors, ``report`` from saved results."""
+
+import pytest
+from typer.testing import CliRunner
+
+from hltools import bench, bench_cli
+from hltools.bench import BenchResult
+from hltools.cli import app
+
+runner = CliRunner()
+META = {
+    "gpu": "NVIDIA H200",
+    "torch": "2.11",
+    "triton": "3.6",
+    "helion": "1.5",
+    "vllm": "0.26",
+    "commit": "abc",
+}
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(bench_cli, "_cuda_available", lambda: False)
+
+
+def _flat(output: str) -> str:
+    return " ".join(output.split())
+
+
+def test_kernels_without_gpu_exits_2(no_gpu, tmp_path):
+    result = runner.invoke(app, ["bench", "kernels", "--model", "qwen3-8b", "--output", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "hltools bench kernels needs a CUDA GPU" in _flat(result.output) and "--list" in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_e2e_without_gpu_exits_2(no_gpu, tmp_path):
+    result = runner.invoke(
+        app, ["bench", "e2e", "--model", "qwen3-8b", "--layers", "2", "--output", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "hltools bench e2e needs a CUDA GPU" in _flat(result.output) and "--dry-run" in result.output
+
+
+def test_kernels_list_needs_no_gpu(no_gpu):
+    result = runner.invoke(
+        app, ["bench", "kernels", "--model", "qwen3-8b,Qwen/Qwen3-1.7B", "--formats", "block_fp8", "--list"]
+    )
+    assert result.exit_code == 0, result.output
+    out = _flat(result.output)
+    assert "8 shapes, 56 points" in out
+    assert "vllm block deep_gemm fp8_gemm_nt > vllm block cutlass_scaled_mm" in out
+    assert "24576" in out and "12288" in out and "torch._scaled_mm" not in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--formats", "fp4"], "unknown format"),
+        (["--model", "no-such-model"], "unknown model"),
+        (["--num-tokens", "0,1"], "positive integers"),
+        (["--block-providers", "flashinfer"], "unknown block provider"),
+        (["--tp", "3"], "does not divide"),
+    ],
+)
+def test_kernels_argument_errors(no_gpu, args, message):
+    result = runner.invoke(app, ["bench", "kernels", *args])
+    assert result.exit_code == 2 and message in _flat(result.output), result.output
+
+
+def test_e2e_dry_run_prints_the_engine_runs(no_gpu, tmp_path):
+    result = runner.invoke(
+        app,
+        ["bench", "e2e", "--model", "qwen3-1.7b", "--format", "w8a8_int8", "--layers", "4",
+         "--concurrency", "1,4", "--output", str(tmp_path), "--dry-run"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
+    assert len(lines) == 4
+    assert (
+        "VLLM_PLUGINS='' " in lines[0] and "--plugin off" in lines[0] and "HL_LINEAR_BACKEND" not in lines[0]
+    )
+    assert "HL_LINEAR_BACKEND=helion" in lines[1] and "--plugin on" in lines[1]
+    assert all("--concurrency 1,4" in ln and "cache-" in ln for ln in lines)
+    assert "off-r1 (warm caches)" in result.output and "4 layers, w8a8_int8" in result.output
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "nvfp4"], "unknown format"),
+        (["--concurrency", "1,64"], "exceeds max_num_seqs"),
+        (["--layers", "99"], "--layers must be in 1..36"),
+        (["--plugins", "on,maybe"], "plugins must be among"),
+    ],
+)
+def test_e2e_argument_errors(no_gpu, args, message):
+    result = runner.invoke(app, ["bench", "e2e", "--dry-run", *args])
+    assert result.exit_code == 2 and message in _flat(result.output), result.output
+
+
+def test_report_redraws_tables_and_plots(tmp_path):
+    results = []
+    for m, ratio in ((1, 1.2), (8, 0.9)):
+        results.append(
+            BenchResult(
+                "qwen3-8b",
+                "o",
+                "fp8_dynamic",
+                "helion",
+                "helion scaled_mm",
+                m,
+                4096,
+                4096,
+                median_us=10.0,
+                **META,
+            )
+        )
+        results.append(
+            BenchResult(
+                "qwen3-8b",
+                "o",
+                "fp8_dynamic",
+                "vllm",
+                "vllm cutlass_scaled_mm",
+                m,
+                4096,
+                4096,
+                median_us=10 * ratio,
+                **META,
+            )
+        )
+    bench.write_results(tmp_path, results, META)  # fmt: skip
+    (tmp_path / bench.SUMMARY_MD).unlink()
+    result = runner.invoke(app, ["bench", "report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    out = _flat(result.output)
+    assert "geomean speedup of Helion vs vLLM's default kernel: fp8_dynamic 1.039x" in out
+    assert (tmp_path / "kernels-fp8_dynamic.png").is_file() and (tmp_path / bench.SUMMARY_MD).is_file()
+
+
+def test_report_without_results_exits_1(tmp_path):
+    result = runner.invoke(app, ["bench", "report", str(tmp_path)])
+    assert result.exit_code == 1 and "no kernels.json" in _flat(result.output)
+
+
+def test_repro_command():
+    r = BenchResult("qwen3-8b", "o/down", "block_fp8", "helion", "-", 3, 4096, 4096, tp=2, out_dtype="fp16")
+    assert bench_cli.repro_command(r, {"seed": 5}) == (
+        "hltools bench kernels --model qwen3-8b --formats block_fp8 --tp 2 --layer o --layer down "
+        "--num-tokens 3 --out-dtype fp16 --seed 5"
+    )
+
+
+def test_report_reads_e2e_results(tmp_path):
+    from hltools import e2e
+
+    runs = [
+        {"plugin": p, "round": 0, "startup_s": 50.0, "throughput": {"1": {"tokens_per_s": v, "tpot_ms": 9.0, "ttft_ms": 30.0}}}
+        for p, v in (("off", 100.0), ("on", 125.0))
+    ]  # fmt: skip
+    e2e.write_e2e(
+        tmp_path, "e2e-qwen3-8b-fp8_dynamic", {**META, "model": "qwen3-8b", "format": "fp8_dynamic"}, runs
+    )
+    result = runner.invoke(app, ["bench", "report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "1.250" in result.output
+    assert (tmp_path / "e2e-qwen3-8b-fp8_dynamic.png").is_file() and (
+        tmp_path / "e2e-qwen3-8b-fp8_dynamic.md"
+    ).is_file()
