@@ -1,4 +1,4 @@
-"""Sessions: ``lint`` and ``tests`` (CPU, default), ``gpu_tests`` (on a CUDA GPU).
+"""Sessions: ``lint`` and ``tests`` (CPU, default), ``gpu_tests`` and ``bench`` (on a CUDA GPU).
 
 All sessions run in the current environment (``venv_backend="none"``): ``uv sync --frozen`` makes
 it for development, and the GPU machine runs them in its existing Python with no installs (the
@@ -81,3 +81,45 @@ def gpu_tests(session: nox.Session) -> None:
         *session.posargs,
         env={**_env(), "HL_TEST_GPU": "1"},
     )
+
+
+BENCH_KERNELS = [
+    "--model",
+    "qwen3-8b,qwen3-1.7b",
+    "--formats",
+    "fp8_dynamic,w8a8_int8,block_fp8",
+]
+BENCH_E2E = ["--model", "qwen3-8b", "--format", "fp8_dynamic", "--layers", "8", "--timeout", "900"]
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks on a CUDA GPU (method: docs/benchmarks.md): ``hltools bench kernels`` for Qwen3-8B
+    and Qwen3-1.7B in the three formats, then ``hltools bench e2e`` for Qwen3-8B FP8_Dynamic with 8
+    layers (the engine with and without the plugin), into ``$HL_BENCH_OUT`` (default
+    ``bench-results``): ``kernels/`` and ``e2e/``. Posargs: ``kernels`` or ``e2e`` first runs only
+    that part, and the rest is added to its command (e.g. ``nox -s bench -- e2e --format block_fp8``).
+    Installs nothing; fails without a CUDA GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        session.error(
+            "bench needs a CUDA GPU; none is visible here (`hltools bench kernels --list` works anywhere)"
+        )
+    parts = {"kernels": BENCH_KERNELS, "e2e": BENCH_E2E}
+    args = list(session.posargs)
+    chosen = [args.pop(0)] if args and args[0] in parts else list(parts)
+    out = Path(os.environ.get("HL_BENCH_OUT", "bench-results"))
+    for part in chosen:
+        session.run(
+            "python",
+            "-m",
+            "hltools",
+            "bench",
+            part,
+            *parts[part],
+            "--output",
+            str(out / part),
+            *args,
+            env=_env(),
+        )
