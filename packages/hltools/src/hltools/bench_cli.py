@@ -418,6 +418,7 @@ def e2e(
             seed=seed,
         )
         cfg = e.engine_model_config(config, fmt, layers)
+        output = output.resolve()
         specs = e.plan_runs(output / f"e2e-{e.slug(model)}-{fmt}", _names(plugins), rounds)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

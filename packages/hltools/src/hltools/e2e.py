@@ -427,8 +427,9 @@ def run_e2e(
     called with ``"start"``, ``"done"`` or ``"failed"``."""
     import shutil
 
+    output = Path(output).resolve()  # the workers get absolute paths (vLLM reads a local model dir)
     stem = f"e2e-{slug(model)}-{fmt}"
-    workdir = Path(output) / stem
+    workdir = output / stem
     cfg = engine_model_config(model_config, fmt, layers)
     model_dir = workdir / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -472,8 +473,8 @@ def run_e2e(
         first = report.runs[0]
         for key in ("gpu", "torch", "triton", "helion", "vllm"):
             meta.setdefault(key, first.get(key, ""))
-    written = write_e2e(Path(output), stem, meta, report.runs)
-    md = Path(output) / f"{stem}.md"
+    written = write_e2e(output, stem, meta, report.runs)
+    md = output / f"{stem}.md"
     md.write_text(summary_markdown(meta, written["summary"]))
     report.files = {**written, "md": md, "stem": stem, "metadata": meta}
     return report
