@@ -192,3 +192,31 @@ def test_default_config_is_valid_everywhere():
         assert isinstance(cfg["swap_ab"], bool)
     with pytest.raises(ValueError, match="positive"):
         default_scaled_mm_config(0, 16, 16)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8", "block_fp8"])
+def test_split_k_workspace_is_used_and_left_zero(fmt):
+    """Self-cleaning split-K: the partial sums go through the fp32 workspace (a dirty workspace
+    changes the result), and after each launch the workspace and the tickets are zero again, so the
+    next launch (same buffers, as under CUDA-graph replay) is right too. K = 384 with split_k = 4
+    gives 3 chunks of 128 (fewer programs than split_k)."""
+    from hlcore import scaled_mm as sm
+
+    if fmt == "w8a8_int8" and HELION_MODE:
+        pytest.skip("Helion's eager reference mode has no int8 matmul on the CPU (aten::mm)")
+    m, n, k = 5, 40, 384
+    d = generate_scaled_mm_inputs(m, n, k, fmt=fmt, device=DEVICE, with_bias=True, seed=11)
+    cfg = {"block_sizes": [16, 16, 64], "split_k": 4, "swap_ab": False, "num_warps": 4, "num_stages": 1}
+    kernel = sm._kernel_for(sm.config_json(cfg, "scaled_mm"))
+    args = sm.kernel_args(
+        d["a"], d["b"], d["scale_a"], d["scale_b"], d["bias"], torch.bfloat16, d["block_size"]
+    )
+    workspace, tickets = args[5], args[6]
+    ref = scaled_mm_ref(**d)
+    tol = tolerance(fmt, torch.bfloat16)
+    for _ in range(2):
+        out = kernel(*args)
+        assert rel_error(out, ref) <= tol
+        assert not workspace.any() and not tickets.any()
+    workspace[:m, :n].fill_(1.0)  # a stale workspace would be added to the result
+    assert rel_error(kernel(*args), ref) > tol

@@ -17,10 +17,14 @@ group size ``group_k`` (0 = one group per row/column) and which epilogue applies
 One Helion kernel body holds every algorithm variant as tunables:
 
 * ``split_k`` (power of two, 1..256): K is cut into ``split_k`` chunks that run as separate
-  programs; their partial results are added into the output with ``hl.atomic_add``. The output is
-  first filled with the bias (or zeros) by the kernel's own host code, so no second pass runs.
-  Atomic adds in the output dtype round once per chunk: results are not bitwise repeatable and
-  carry up to ``split_k`` output roundings (use ``split_k=1`` where that matters).
+  programs in one launch, with no zero-fill pass and no second kernel: each program adds its fp32
+  partial tile into a persistent fp32 workspace with ``hl.atomic_add`` and takes a ticket from a
+  per-tile counter; the program that draws the last ticket reads the sum back (an atomic add of
+  zero, so from L2), re-zeroes that workspace tile and the counter, adds the bias and writes the
+  output tile once. The workspace and counters are therefore zero again after every
+  launch (a "self-cleaning" semaphore split-K, as in stream-K fix-up kernels). The fp32 sum rounds
+  to the output dtype once, but the order of the fp32 atomics varies: results are not bitwise
+  repeatable (use ``split_k=1`` where that matters).
 * ``swap_ab`` (bool): computes the transposed tile ``B^T @ A^T`` so the tiny M sits on the MMA's
   narrow side and N fills the 64-row wgmma side (the usual decode trick, see the Helion/vLLM
   "swap-AB" kernels).
@@ -62,6 +66,8 @@ def _scaled_mm_body(
     scale_a: torch.Tensor,  # fp32 [M, 1] (per token) or [M, ceil(K/g)] (group_k = g), any strides
     scale_b: torch.Tensor,  # fp32 [N, 1] (per channel) or [ceil(N/g), ceil(K/g)] (group_k = g)
     bias: torch.Tensor | None,  # [N] out dtype
+    workspace: torch.Tensor,  # fp32 [>= M, N] zeros (split_k > 1; left zero), else unused
+    tickets: torch.Tensor,  # int32 [>= cdiv(M, 16), >= cdiv(N, 16)] zeros (split_k > 1; left zero)
     out_dtype: torch.dtype,  # bf16/fp16/fp32
     group_k: int,  # 0: per-token x per-channel scales; g (128): 1 x g / g x g block scales
 ) -> torch.Tensor:
@@ -78,12 +84,8 @@ def _scaled_mm_body(
     # Both branches below are traced, so the group arithmetic must not divide by zero when g = 0.
     kg = max(group_k, 1)
     k_chunk = helion.next_power_of_2(helion.cdiv(helion.cdiv(k, kg), split_k)) * kg  # whole groups
-    if split_k > 1:
-        # The split-K programs add into `out`; it starts as the bias (or zero).
-        if bias is not None:
-            out.copy_(bias.expand(m, n))
-        else:
-            out.zero_()
+    # programs per output tile: can be fewer than split_k (K = 96, split_k = 4 -> 3 chunks of 32)
+    num_chunks = helion.cdiv(k, k_chunk)
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
         if group_k == 0:  # one scale per row of A and per column of B: scale once, at the end
             acc = hl.zeros([tile_m, tile_n], dtype=acc_dtype)
@@ -113,12 +115,21 @@ def _scaled_mm_body(
                     res = res + part * scale_a[tile_m, kb][:, None] * scale_b[tile_n.index // kg, kb][None, :]
             if swap_ab:
                 res = res_t.t()
-        if split_k == 1:
+        if num_chunks == 1:
             if bias is not None:
                 res = res + bias[tile_n][None, :].to(torch.float32)
             out[tile_m, tile_n] = res.to(out.dtype)
-        else:
-            hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
+        else:  # self-cleaning split-K: the last of the split_k programs of this tile writes it
+            hl.atomic_add(workspace, [tile_m, tile_n], res, sem="release")
+            ticket = hl.atomic_add(tickets, [tile_m.id, tile_n.id], 1, sem="acq_rel")
+            if ticket == num_chunks - 1:
+                # read the sum from L2 (an atomic, never a stale L1 line), then clear it for the next launch
+                total = hl.atomic_add(workspace, [tile_m, tile_n], hl.zeros([tile_m, tile_n]), sem="acquire")
+                workspace[tile_m, tile_n] = hl.zeros([tile_m, tile_n])
+                hl.atomic_xchg(tickets, [tile_m.id, tile_n.id], 0, sem="relaxed")
+                if bias is not None:
+                    total = total + bias[tile_n][None, :].to(torch.float32)
+                out[tile_m, tile_n] = total.to(out.dtype)
     return out
 
 
@@ -324,9 +335,62 @@ def scaled_mm(
 
         config = pick_scaled_mm_config(fmt, m, n, k, device=a.device).config_json
     kernel = _kernel_for(config_json(config, "scaled_mm"))
-    if fmt == "block_fp8":
-        return kernel(a, b.t(), scale_a, scale_b, bias, out_dtype, BLOCK_SIZE[1])
-    return kernel(a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, out_dtype, 0)
+    return kernel(*kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size))
+
+
+# --------------------------------------------------------------------------------------------
+# Split-K workspace: fp32 [rows, N] sums + int32 tickets, zero between launches
+# --------------------------------------------------------------------------------------------
+WORKSPACE_ROWS = 64  # persistent workspaces cover M <= 64 (decode); larger M gets a fresh one per call
+_workspaces: dict[tuple[torch.device, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _new_workspace(rows: int, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    # Every dim >= 2: Helion 1.5.0 treats a size-1 dim as a broadcast and drops its index.
+    rows, n = max(rows, 2), max(n, 2)
+    return (
+        torch.zeros((rows, n), dtype=torch.float32, device=device),
+        torch.zeros(
+            (max(2, helion.cdiv(rows, 16)), max(2, helion.cdiv(n, 16))), dtype=torch.int32, device=device
+        ),
+    )
+
+
+def split_k_workspace(m: int, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(workspace fp32 [>= M, N], tickets int32 [>= cdiv(M, 16), >= cdiv(N, 16)])``, all zeros.
+
+    The kernel leaves both zero again, so one pair per (device, N, current stream) is reused by every
+    launch with M <= ``WORKSPACE_ROWS`` (launches on one stream never overlap). It is created on the
+    first call outside CUDA-graph capture; during a capture with none cached (or for larger M) a
+    fresh zeroed pair is made for that call (its zero fill is then part of the graph)."""
+    if m > WORKSPACE_ROWS or device.type != "cuda":
+        return _new_workspace(max(m, 1), n, device)
+    stream = torch.cuda.current_stream(device).cuda_stream
+    key = (device, n, stream)
+    ws = _workspaces.get(key)
+    if ws is None:
+        ws = _new_workspace(WORKSPACE_ROWS, n, device)
+        if not torch.cuda.is_current_stream_capturing():
+            _workspaces[key] = ws
+    return ws
+
+
+def kernel_args(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype,
+    block_size: tuple[int, int] | None = None,
+) -> tuple:
+    """The Helion kernel's arguments for checked :func:`scaled_mm` inputs (also what
+    ``scaled_mm_kernel().autotune(...)`` takes)."""
+    m, n = a.shape[0], b.shape[1]
+    workspace, tickets = split_k_workspace(m, n, a.device)
+    if block_size is not None:
+        return (a, b.t(), scale_a, scale_b, bias, workspace, tickets, out_dtype, BLOCK_SIZE[1])
+    return (a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, workspace, tickets, out_dtype, 0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -345,26 +345,14 @@ def _kernel_args(inputs: dict[str, Any]) -> tuple:
     """The Helion kernel's arguments for ``generate_scaled_mm_inputs`` output (as scaled_mm passes them)."""
     from hlcore import scaled_mm as sm
 
-    a, b = inputs["a"], inputs["b"]
-    m, n = a.shape[0], b.shape[1]
-    if inputs["block_size"] is not None:
-        return (
-            a,
-            b.t(),
-            inputs["scale_a"],
-            inputs["scale_b"],
-            inputs["bias"],
-            inputs["out_dtype"],
-            sm.BLOCK_SIZE[1],
-        )
-    return (
-        a,
-        b.t(),
-        inputs["scale_a"].reshape(m, 1),
-        inputs["scale_b"].reshape(n, 1),
+    return sm.kernel_args(
+        inputs["a"],
+        inputs["b"],
+        inputs["scale_a"],
+        inputs["scale_b"],
         inputs["bias"],
         inputs["out_dtype"],
-        0,
+        inputs["block_size"],
     )
 
 
@@ -383,7 +371,7 @@ def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
     inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)
     tol = tolerance(key.fmt, inputs["out_dtype"])
 
-    def reference(a, b_t, scale_a, scale_b, bias, out_dtype, group_k):
+    def reference(a, b_t, scale_a, scale_b, bias, workspace, tickets, out_dtype, group_k):
         block = sm.BLOCK_SIZE if group_k else None
         return sm.scaled_mm_ref(a, b_t.t(), scale_a, scale_b, out_dtype, bias, block_size=block)
 
