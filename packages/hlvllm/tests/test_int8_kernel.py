@@ -106,3 +106,7 @@ def test_int8_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
     path = "helion" if m <= 32 else "fallback"
     assert dispatch.DISPATCH_COUNTS[(path, m, n, k)] == 1
     assert fallback_calls == ([] if m <= 32 else [m])
+    from hlvllm import aux_ops
+
+    assert kernel.helion_input_quant  # HL_AUX_KERNELS default: the activations go through our op too
+    assert {("per_token_int8_quant", path, m, k): 1} == aux_ops.AUX_COUNTS

@@ -2,9 +2,11 @@
 
 ``HelionInt8ScaledMMLinearKernel`` subclasses vLLM's ``CutlassInt8ScaledMMLinearKernel``: weight
 processing and layout are CUTLASS's (``layer.weight``: int8 ``[K, N]`` column-major view;
-``weight_scale`` fp32 ``[N, 1]``). Activations are quantized by vLLM's ``scaled_int8_quant``
-(dynamic, per token, symmetric), then ``torch.ops.hlvllm.scaled_mm`` picks Helion (num_tokens <=
-max_helion_size under CUDA-graph capture) or ``cutlass_scaled_mm``. Static input scales,
+``weight_scale`` fp32 ``[N, 1]``). Activations are quantized dynamically, per token, symmetric: by
+``torch.ops.hlvllm.per_token_int8_quant`` (Helion under CUDA-graph capture, else vLLM's
+``scaled_int8_quant``; ``HL_AUX_KERNELS`` without ``int8_quant``: always vLLM's), then
+``torch.ops.hlvllm.scaled_mm`` picks Helion (num_tokens <= max_helion_size under CUDA-graph
+capture) or ``cutlass_scaled_mm``. Static input scales,
 asymmetric activations (azp) and per-tensor weight scales stay on vLLM's kernel.
 """
 
@@ -15,6 +17,7 @@ from vllm import _custom_ops as vllm_ops
 from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassInt8ScaledMMLinearKernel
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import Int8ScaledMMLinearLayerConfig
 
+from hlvllm.settings import get_settings
 from hlvllm.support import announce, cudagraph_capture_limit, helion_supported
 
 
@@ -43,6 +46,7 @@ class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
 
     def __init__(self, c: Int8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
+        self.helion_input_quant = "int8_quant" in get_settings().aux_kernels
         announce("W8A8_INT8", "CUTLASS (cutlass_scaled_mm)")
 
     def apply_weights(
@@ -50,6 +54,9 @@ class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
     ) -> torch.Tensor:
         w_q, w_s, _, _, _ = self._get_layer_params(layer)
         x_2d = x.reshape(-1, x.shape[-1])
-        x_q, x_s, _ = vllm_ops.scaled_int8_quant(x_2d.contiguous(), None, None, symmetric=True)
+        if self.helion_input_quant:
+            x_q, x_s = torch.ops.hlvllm.per_token_int8_quant(x_2d)
+        else:
+            x_q, x_s, _ = vllm_ops.scaled_int8_quant(x_2d.contiguous(), None, None, symmetric=True)
         out = torch.ops.hlvllm.scaled_mm(x_q, w_q, x_s, w_s, x.dtype, bias)
         return out.view(*x.shape[:-1], w_q.shape[1])

@@ -15,7 +15,9 @@ _registered = False
 
 def register() -> None:
     """Register hlvllm's torch ops and, when ``HL_LINEAR_BACKEND=helion``, put the Helion linear
-    kernels first in vLLM's CUDA FP8, INT8 and block-FP8 kernel lists. Safe to call any number of times."""
+    kernels first in vLLM's CUDA FP8, INT8 and block-FP8 kernel lists and replace vLLM's ``RMSNorm``,
+    ``SiluAndMul`` and ``QuantFP8`` (those named in ``HL_AUX_KERNELS``, default all) by hlvllm's
+    subclasses (:mod:`hlvllm.aux_layers`). Safe to call any number of times."""
     global _registered
     if _registered:
         return
@@ -23,9 +25,11 @@ def register() -> None:
     from hlvllm.settings import get_settings
 
     settings = get_settings()
+    from hlvllm.aux_ops import register_aux_ops
     from hlvllm.ops import register_ops
 
     register_ops()
+    register_aux_ops()
     if not settings.enabled:
         logger.debug("hlvllm: off (set HL_LINEAR_BACKEND=helion to enable)")
         return
@@ -44,4 +48,13 @@ def register() -> None:
         kernels = table.setdefault(PlatformEnum.CUDA, [])
         if kernel not in kernels:
             kernels.insert(0, kernel)
-    logger.info("hlvllm: Helion linear backend registered (max_helion_size=%d)", settings.max_helion_size)
+    from hlvllm.aux_layers import register_aux_layers
+
+    replaced = register_aux_layers(settings.aux_kernels)
+    logger.info(
+        "hlvllm: Helion linear backend registered (max_helion_size=%d; aux kernels: %s)",
+        settings.max_helion_size,
+        ", ".join(sorted(settings.aux_kernels)) or "none",
+    )
+    if replaced:
+        logger.debug("hlvllm: vLLM classes replaced out of tree: %s", ", ".join(replaced))

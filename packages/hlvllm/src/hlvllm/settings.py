@@ -6,6 +6,7 @@
 | ``HL_MAX_HELION_SIZE`` | ``32`` | largest num_tokens routed to Helion (``max_helion_size``); larger batches use vLLM's kernel |
 | ``HL_HELION_EAGER`` | ``0`` | ``1``: also use Helion outside CUDA-graph capture (tests, benchmarks; slow on the host) |
 | ``HL_DISPATCH_LOG`` | ``0`` | ``1``: log the first dispatch of every (path, M, N, K) |
+| ``HL_AUX_KERNELS`` | ``all`` | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below) |
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ import os
 from dataclasses import dataclass
 
 _TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", "none"}
+
+#: What ``HL_AUX_KERNELS`` may name: vLLM's ``RMSNorm`` (rms_norm + fused_add_rms_norm), ``SiluAndMul``,
+#: ``QuantFP8`` (dynamic per-token and 1x128-group fp8) and the int8 kernel's per-token quantization.
+AUX_KERNEL_NAMES = ("rms_norm", "silu_and_mul", "quant_fp8", "int8_quant")
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,7 @@ class Settings:
     max_helion_size: int
     helion_eager: bool
     dispatch_log: bool
+    aux_kernels: frozenset[str] = frozenset(AUX_KERNEL_NAMES)
 
 
 def _int_env(name: str, default: int) -> int:
@@ -38,6 +45,21 @@ def _int_env(name: str, default: int) -> int:
     return value
 
 
+def _aux_env() -> frozenset[str]:
+    raw = os.environ.get("HL_AUX_KERNELS", "").strip().lower()
+    if raw in {"", "all"} | _TRUE:
+        return frozenset(AUX_KERNEL_NAMES)
+    if raw in _FALSE:
+        return frozenset()
+    names = {name.strip() for name in raw.split(",") if name.strip()}
+    unknown = sorted(names - set(AUX_KERNEL_NAMES))
+    if unknown:
+        raise ValueError(
+            f"HL_AUX_KERNELS: unknown name(s) {unknown}; use all, none or a comma list of {', '.join(AUX_KERNEL_NAMES)}"
+        )
+    return frozenset(names)
+
+
 @functools.cache
 def get_settings() -> Settings:
     """The settings of this process (cached; tests call ``get_settings.cache_clear()``)."""
@@ -46,4 +68,5 @@ def get_settings() -> Settings:
         max_helion_size=_int_env("HL_MAX_HELION_SIZE", 32),
         helion_eager=os.environ.get("HL_HELION_EAGER", "").strip().lower() in _TRUE,
         dispatch_log=os.environ.get("HL_DISPATCH_LOG", "").strip().lower() in _TRUE,
+        aux_kernels=_aux_env(),
     )
