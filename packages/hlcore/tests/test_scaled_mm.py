@@ -207,6 +207,7 @@ def test_split_k_workspace_is_used_and_left_zero(fmt):
     m, n, k = 5, 40, 384
     d = generate_scaled_mm_inputs(m, n, k, fmt=fmt, device=DEVICE, with_bias=True, seed=11)
     cfg = {"block_sizes": [16, 16, 64], "split_k": 4, "swap_ab": False, "num_warps": 4, "num_stages": 1}
+    cfg["split_k_workspace"] = True
     kernel = sm._kernel_for(sm.config_json(cfg, "scaled_mm"))
     args = sm.kernel_args(
         d["a"], d["b"], d["scale_a"], d["scale_b"], d["bias"], torch.bfloat16, d["block_size"]

@@ -17,14 +17,23 @@ group size ``group_k`` (0 = one group per row/column) and which epilogue applies
 One Helion kernel body holds every algorithm variant as tunables:
 
 * ``split_k`` (power of two, 1..256): K is cut into ``split_k`` chunks that run as separate
-  programs in one launch, with no zero-fill pass and no second kernel: each program adds its fp32
+  programs; two reductions, chosen by the ``split_k_workspace`` tunable:
+
+  - ``False`` (default): each program adds its tile into the output with ``hl.atomic_add`` in the
+    output dtype; the kernel's own host code first fills the output with the bias (or zeros), which
+    is one extra memset/copy launch. One output rounding per chunk.
+  - ``True``: one launch, no fill: each program adds its fp32
   partial tile into a persistent fp32 workspace with ``hl.atomic_add`` and takes a ticket from a
   per-tile counter; the program that draws the last ticket reads the sum back (an atomic add of
   zero, so from L2), re-zeroes that workspace tile and the counter, adds the bias and writes the
   output tile once. The workspace and counters are therefore zero again after every
   launch (a "self-cleaning" semaphore split-K, as in stream-K fix-up kernels). The fp32 sum rounds
-  to the output dtype once, but the order of the fp32 atomics varies: results are not bitwise
-  repeatable (use ``split_k=1`` where that matters).
+  to the output dtype once. Measured on the H200 (docs/tuning.md) it is slower than the default
+  at decode sizes (the ordered fp32 atomics cost more than the fill launch saves), so the
+  heuristic does not pick it.
+
+  Either way the order of the atomics varies: results are not bitwise repeatable (use
+  ``split_k=1`` where that matters).
 * ``swap_ab`` (bool): computes the transposed tile ``B^T @ A^T`` so the tiny M sits on the MMA's
   narrow side and N fills the 64-row wgmma side (the usual decode trick, see the Helion/vLLM
   "swap-AB" kernels).
@@ -55,6 +64,7 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INPUT_DTYPES = (FP8_DTYPE, torch.int8)
 BLOCK_SIZE = (128, 128)  # (N, K) weight block of block_fp8, as vLLM's weight_block_size
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
+USER_TUNABLE_DEFAULTS = {"split_k": 1, "swap_ab": False, "split_k_workspace": False}
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,12 +90,19 @@ def _scaled_mm_body(
     out = torch.empty([m, n], dtype=out_dtype, device=a.device)
     split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
     swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
+    use_workspace = hl.register_tunable("split_k_workspace", BooleanFragment())
     acc_dtype = torch.int32 if a.dtype == torch.int8 else torch.float32
     # Both branches below are traced, so the group arithmetic must not divide by zero when g = 0.
     kg = max(group_k, 1)
     k_chunk = helion.next_power_of_2(helion.cdiv(helion.cdiv(k, kg), split_k)) * kg  # whole groups
     # programs per output tile: can be fewer than split_k (K = 96, split_k = 4 -> 3 chunks of 32)
     num_chunks = helion.cdiv(k, k_chunk)
+    if num_chunks > 1 and not use_workspace:
+        # The split-K programs add into `out`; it starts as the bias (or zero).
+        if bias is not None:
+            out.copy_(bias.expand(m, n))
+        else:
+            out.zero_()
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
         if group_k == 0:  # one scale per row of A and per column of B: scale once, at the end
             acc = hl.zeros([tile_m, tile_n], dtype=acc_dtype)
@@ -119,6 +136,8 @@ def _scaled_mm_body(
             if bias is not None:
                 res = res + bias[tile_n][None, :].to(torch.float32)
             out[tile_m, tile_n] = res.to(out.dtype)
+        elif not use_workspace:
+            hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
         else:  # self-cleaning split-K: the last of the split_k programs of this tile writes it
             hl.atomic_add(workspace, [tile_m, tile_n], res, sem="release")
             ticket = hl.atomic_add(tickets, [tile_m.id, tile_n.id], 1, sem="acq_rel")
@@ -137,6 +156,10 @@ def _scaled_mm_body(
 def _kernel_for(config_text: str):
     """One ``helion.Kernel`` per config: works the same in compiled and both interpret modes."""
     config = helion.Config.from_json(config_text)
+    # The kernel's own tunables default to the plain algorithm when a config leaves them out.
+    missing = {k: v for k, v in USER_TUNABLE_DEFAULTS.items() if k not in config}
+    if missing:
+        config = helion.Config(**{**dict(config), **missing})
     return helion.kernel(
         _scaled_mm_body,
         config=config,
