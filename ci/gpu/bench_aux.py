@@ -17,6 +17,8 @@ Two parts, bf16 activations:
   (vLLM us / Helion us) per case and geomean per kernel (issue 5's bar: >= 1.10x);
 * bandwidth: hidden {1024, 4096, 8192} x num_tokens {1024, 4096, 8192}: % of the measured HBM copy
   bandwidth (fewest bytes each op must move / time / copy GB/s), both providers.
+The "dispatched" geomean counts 1.0x where ``hlvllm.aux_ops.helion_faster`` sends the size to vLLM's
+op (where the generic config lost on the H200): what the plugin delivers.
 
 Method: every call reads its own input copy (rotating copies until the graph's working set exceeds
 2 x the 60 MB L2 where at most 32 copies allow it: the bandwidth part always, decode sizes stay
@@ -331,16 +333,22 @@ def main() -> int:
             )
 
     # 4. summary
-    summary, all_speedups = {}, []
+    from hlvllm.aux_ops import helion_faster
+
+    summary, all_speedups, all_dispatched = {}, [], []
     for kernel in kernels:
         mine = [r for r in rows if r["kernel"] == kernel]
         us = {(r["section"], r["provider"], r["hidden"], r["num_tokens"]): r["median_us"] for r in mine}
-        speedups = [
-            us[("decode", "vllm", h, m)] / t
+        pairs = [
+            (h, m, us[("decode", "vllm", h, m)] / t)
             for (sec, prov, h, m), t in us.items()
             if sec == "decode" and prov == "helion" and ("decode", "vllm", h, m) in us
         ]
+        speedups = [sp for _, _, sp in pairs]
+        # what the plugin gets: sizes where vLLM measured faster are dispatched to vLLM's op (1.0x)
+        dispatched = [sp if helion_faster(kernel, m, h) else 1.0 for h, m, sp in pairs]
         all_speedups += speedups
+        all_dispatched += dispatched
         pct = {
             prov: [r["pct_copy_bw"] for r in mine if r["section"] == "bandwidth" and r["provider"] == prov]
             for prov in ("helion", "vllm")
@@ -354,6 +362,7 @@ def main() -> int:
                 configs.setdefault(r["config"], set()).add(where)
         summary[kernel] = {
             "decode_geomean_speedup": _geomean(speedups),
+            "decode_geomean_with_dispatch": _geomean(dispatched),
             "decode_min_speedup": min(speedups, default=None),
             "decode_max_speedup": max(speedups, default=None),
             "decode_cases": len(speedups),
@@ -366,7 +375,7 @@ def main() -> int:
             },
             "worst_vs_vllm": max((r["vs_vllm"] for r in mine if r["provider"] == "helion"), default=None),
         }
-    overall = _geomean(all_speedups)
+    overall, overall_dispatched = _geomean(all_speedups), _geomean(all_dispatched)
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
     report = {
@@ -385,6 +394,7 @@ def main() -> int:
         },
         "summary": summary,
         "overall_decode_geomean_speedup": overall,
+        "overall_decode_geomean_with_dispatch": overall_dispatched,
         "results": rows,
     }
     (out_dir / "bench_aux.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -394,7 +404,7 @@ def main() -> int:
         for name, where in summary[kernel]["configs"].items():
             print(f"  {kernel:26s} {name:18s} {', '.join(where)}")
     print(
-        f"\n{'kernel':26s} {'decode x':>8s} {'min':>5s} {'max':>5s} {'losses':>7s} "
+        f"\n{'kernel':26s} {'decode x':>8s} {'min':>5s} {'max':>5s} {'losses':>7s} {'dispatched':>10s} "
         f"{'%BW helion':>10s} {'%BW vllm':>9s} {'vs vLLM':>8s}"
     )
     for kernel in kernels:
@@ -402,11 +412,13 @@ def main() -> int:
         print(
             f"{kernel:26s} {_fmt(s['decode_geomean_speedup'], '7.2f')}x {_fmt(s['decode_min_speedup'], '5.2f')} "
             f"{_fmt(s['decode_max_speedup'], '5.2f')} {s['decode_losses']:3d}/{s['decode_cases']:<3d} "
+            f"{_fmt(s['decode_geomean_with_dispatch'], '9.2f')}x "
             f"{_fmt(s['bandwidth_median_pct_helion'], '9.1f')}% {_fmt(s['bandwidth_median_pct_vllm'], '8.1f')}% "
             f"{_fmt(s['worst_vs_vllm'], '8.1e')}"
         )
     print(
-        f"overall decode geomean speedup {_fmt(overall, '.2f')}x (target >= 1.10x); "
+        f"overall decode geomean speedup {_fmt(overall, '.2f')}x, {_fmt(overall_dispatched, '.2f')}x with "
+        "hlvllm's dispatch (vLLM's op where it measured faster; target >= 1.10x); "
         f"{len(skipped)} groups skipped by the budget, {len(failures)} cases failed; {time.time() - t0:.0f} s; "
         f"wrote {out_dir / 'bench_aux.json'}"
     )

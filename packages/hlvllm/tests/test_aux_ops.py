@@ -52,6 +52,17 @@ def test_route_under_capture_always_helion_up_to_the_limit(aux, capturing):
     assert aux.route("per_token_fp8_quant", 33, 4096) == "fallback"
 
 
+def test_route_keeps_vllm_where_it_was_faster(aux, capturing):
+    """Sizes where the generic Helion config lost to vLLM's CUDA op on the H200 stay on vLLM's op."""
+    assert aux.route("per_token_int8_quant", 8, 2048) == "helion"
+    assert aux.route("per_token_int8_quant", 8, 2560) == "fallback"
+    assert aux.route("per_token_group_fp8_quant", 32, 4096) == "helion"
+    assert aux.route("per_token_group_fp8_quant", 16, 8192) == "helion"
+    assert aux.route("per_token_group_fp8_quant", 32, 5120) == "fallback"
+    for op in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "per_token_fp8_quant"):
+        assert aux.route(op, 32, 8192) == "helion", op
+
+
 def test_route_limits(aux, capturing, hl_env):
     from hlvllm import dispatch
 

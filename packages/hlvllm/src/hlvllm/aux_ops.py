@@ -21,7 +21,8 @@ torch.compile keeps it opaque (Helion kernels cannot be traced by Dynamo on torc
     (``stride(0) == 1``); ``torch.ops._C.per_token_group_fp8_quant`` (``fp8_utils.per_token_group_quant_fp8``).
 
 Dispatch (:func:`route`, the GEMM's rule from :mod:`hlvllm.dispatch`): ``0 < T <= max_helion_size``
-(capped by the largest CUDA-graph capture size) and a CUDA graph is being captured -> the hlcore
+(capped by the largest CUDA-graph capture size), a size where the generic config beat vLLM on the
+H200 (:func:`helion_faster`) and a CUDA graph is being captured -> the hlcore
 Helion kernel; the first eager call at each (op, T, H) also runs Helion (it compiles before vLLM's
 capture at that size); every other call -> vLLM's own CUDA op (:func:`_vllm_rms_norm` etc.; off
 CUDA, in tests only, vLLM's native / hlcore's pure-torch math). A Helion failure logs one warning
@@ -58,10 +59,32 @@ def _tokens(x: torch.Tensor) -> int:
     return x.shape[0] if x.dim() > 1 else 1
 
 
+def helion_faster(op: str, num_tokens: int, hidden: int) -> bool:
+    """Whether the generic Helion config beat vLLM's CUDA op at this size on the H200
+    (``ci/gpu/bench_aux.py``, CUDA-graph replay, docs/gpu-runs.md 2026-11-30); elsewhere vLLM's op
+    runs even under capture.
+
+    * ``per_token_int8_quant``: only hidden <= 2048 (1.03-1.06x); 0.77-0.92x at 2560..8192.
+    * ``per_token_group_fp8_quant``: only num_tokens * hidden <= 32 * 4096 (1.03-1.35x); 0.82-0.96x
+      at 32 tokens x hidden 5120..8192 (one warp per 128-column group and row: too many programs).
+    * the other four won at every measured size (1.14-1.91x): no limit.
+    """
+    if op == "per_token_int8_quant":
+        return hidden <= 2048
+    if op == "per_token_group_fp8_quant":
+        return num_tokens * hidden <= 32 * 4096
+    return True
+
+
 def route(op: str, num_tokens: int, hidden: int, variant: object = None) -> str:
     """``"helion"`` or ``"fallback"`` (vLLM's op) for one call of ``op`` on ``[num_tokens, hidden]``;
     ``variant`` tells apart calls that compile separate Helion kernels (scale layout, scale_ub)."""
-    if num_tokens == 0 or num_tokens > dispatch.max_helion_m() or (op, hidden) in _broken:
+    if (
+        num_tokens == 0
+        or num_tokens > dispatch.max_helion_m()
+        or (op, hidden) in _broken
+        or not helion_faster(op, num_tokens, hidden)
+    ):
         return "fallback"
     if get_settings().helion_eager or dispatch._capturing():
         return "helion"

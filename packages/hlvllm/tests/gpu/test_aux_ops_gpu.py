@@ -11,11 +11,14 @@ order (and vLLM normalizing the rounded residual, computing silu without the int
 moves some outputs by one or two units in the last place: rtol 2^-6 (bf16) / 2^-9 (fp16), and at least
 90% of outputs bit-equal. Quant scales are the same fp32 expression: rtol 1e-6. Quantized values:
 vLLM's kernels may multiply by the reciprocal where ours divide, so a value on a rounding boundary may
-land one step away: at most 1% of values, each at most one fp8 step (or 1 for int8) apart.
+land one step away: at most 2% of values (0.7% was the most seen in the H200 bench), each at most
+one fp8 step (or 1 for int8) apart.
 """
 
 import pytest
 import torch
+
+from hlcore import quant_kernels
 
 pytestmark = pytest.mark.gpu
 vllm_ops = pytest.importorskip("vllm._custom_ops", reason="vLLM's CUDA ops are not importable here")
@@ -56,8 +59,12 @@ def _x(m, h, dtype, seed, *, strided=False, zero_row=False, scale_rows=True):
     return x
 
 
-def _path(m):
-    return "helion" if m <= 32 else "fallback"
+def _path(op, m, h):
+    """Where the op sends a call under HL_HELION_EAGER=1: Helion up to 32 tokens, except at sizes
+    where vLLM's op measured faster (``aux_ops.helion_faster``)."""
+    from hlvllm.aux_ops import helion_faster
+
+    return "helion" if m <= 32 and helion_faster(op, m, h) else "fallback"
 
 
 def _close_fraction(out, ref, dtype, what):
@@ -80,7 +87,7 @@ def _quant_agrees(q, s, q_ref, s_ref, what, *, int8=False):
     qf, rf = q.float(), q_ref.float()
     assert torch.isfinite(qf).all(), what
     diff = qf != rf
-    assert diff.float().mean().item() <= 0.01, f"{what}: {diff.float().mean().item():.2%} values differ"
+    assert diff.float().mean().item() <= 0.02, f"{what}: {diff.float().mean().item():.2%} values differ"
     step = torch.ones_like(rf) if int8 else _fp8_step(torch.maximum(qf.abs(), rf.abs()))
     assert ((qf - rf).abs() <= step * (1 + 1e-6)).all(), f"{what}: values more than one step apart"
 
@@ -98,7 +105,7 @@ def test_rms_norm_matches_vllm(aux, h, dtype):
         ref = torch.empty(x.shape, dtype=dtype, device="cuda")
         torch.ops._C.rms_norm(ref, x, w, 1e-6)
         _close_fraction(out, ref, dtype, f"rms_norm m={m} h={h}")
-        assert aux.AUX_COUNTS[("rms_norm", _path(m), m, h)] == 1
+        assert aux.AUX_COUNTS[("rms_norm", _path("rms_norm", m, h), m, h)] == 1
 
 
 @pytest.mark.parametrize("h", HIDDEN)
@@ -115,7 +122,7 @@ def test_fused_add_rms_norm_matches_vllm(aux, h, dtype):
         torch.ops._C.fused_add_rms_norm(ref_x, ref_r, w, 1e-6)  # in place: ref_x <- out, ref_r <- x + r
         assert torch.equal(res, ref_r), f"residual m={m} h={h}"
         _close_fraction(out, ref_x, dtype, f"fused_add_rms_norm m={m} h={h}")
-        assert aux.AUX_COUNTS[("fused_add_rms_norm", _path(m), m, h)] == 1
+        assert aux.AUX_COUNTS[("fused_add_rms_norm", _path("fused_add_rms_norm", m, h), m, h)] == 1
 
 
 @pytest.mark.parametrize("d", HIDDEN)
@@ -127,7 +134,7 @@ def test_silu_and_mul_matches_vllm(aux, d, dtype):
         ref = torch.empty(m, d, dtype=dtype, device="cuda")
         torch.ops._C.silu_and_mul(ref, x)
         _close_fraction(out, ref, dtype, f"silu_and_mul m={m} d={d}")
-        assert aux.AUX_COUNTS[("silu_and_mul", _path(m), m, d)] == 1
+        assert aux.AUX_COUNTS[("silu_and_mul", _path("silu_and_mul", m, d), m, d)] == 1
 
 
 @pytest.mark.parametrize("h", HIDDEN)
@@ -141,7 +148,7 @@ def test_per_token_fp8_quant_matches_vllm(aux, h):
                 x.contiguous(), None, scale_ub=ub, use_per_token_if_dynamic=True
             )
             _quant_agrees(q, s, q_ref, s_ref, f"per_token_fp8 m={m} h={h} ub={ub is not None}")
-        assert aux.AUX_COUNTS[("per_token_fp8_quant", _path(m), m, h)] == 2
+        assert aux.AUX_COUNTS[("per_token_fp8_quant", _path("per_token_fp8_quant", m, h), m, h)] == 2
 
 
 @pytest.mark.parametrize("h", HIDDEN)
@@ -152,7 +159,9 @@ def test_per_token_int8_quant_matches_vllm(aux, h):
         q, s = torch.ops.hlvllm.per_token_int8_quant(x)
         q_ref, s_ref, _ = vllm_ops.scaled_int8_quant(x.contiguous(), None, None, symmetric=True)
         _quant_agrees(q, s, q_ref, s_ref, f"per_token_int8 m={m} h={h}", int8=True)
-        assert aux.AUX_COUNTS[("per_token_int8_quant", _path(m), m, h)] == 1
+        q, s = quant_kernels.per_token_int8_quant(x)  # the Helion kernel where the op prefers vLLM's
+        _quant_agrees(q, s, q_ref, s_ref, f"Helion per_token_int8 m={m} h={h}", int8=True)
+        assert aux.AUX_COUNTS[("per_token_int8_quant", _path("per_token_int8_quant", m, h), m, h)] == 1
 
 
 @pytest.mark.parametrize("h", HIDDEN)
@@ -168,7 +177,11 @@ def test_per_token_group_fp8_quant_matches_vllm(aux, h):
                 x, 128, dtype=FP8, column_major_scales=column_major, use_ue8m0=False
             )
             _quant_agrees(q, s, q_ref, s_ref, f"group_fp8 m={m} h={h} column_major={column_major}")
-        assert aux.AUX_COUNTS[("per_token_group_fp8_quant", _path(m), m, h)] == 2
+            q, s = quant_kernels.per_token_group_fp8_quant(x, 128, column_major_scales=column_major)
+            _quant_agrees(q, s, q_ref, s_ref, f"Helion group_fp8 m={m} h={h} column_major={column_major}")
+        assert (
+            aux.AUX_COUNTS[("per_token_group_fp8_quant", _path("per_token_group_fp8_quant", m, h), m, h)] == 2
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -205,7 +218,7 @@ def test_capture_routes_to_helion_and_replay_matches(aux, monkeypatch, name):
 
     monkeypatch.delenv("HL_HELION_EAGER")
     get_settings.cache_clear()
-    m, h = 8, 4096
+    m, h = 8, (2048 if name == "per_token_int8_quant" else 4096)  # int8: where Helion is used
     call = _op_calls(m, h)[name]
     hidden = h // 2 if name == "silu_and_mul" else h
     helion_eager = call()  # first eager call at this size: Helion (compiles before capture)
