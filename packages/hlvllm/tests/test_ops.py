@@ -126,3 +126,32 @@ def test_dispatch_survives_torch_compile(op):
     assert calls == [40, 64]
     assert dispatch.DISPATCH_COUNTS[("helion", 3, 48, 96)] == 1
     assert dispatch.DISPATCH_COUNTS[("helion", 2, 48, 96)] == 1
+
+
+def test_tuned_key_marked_fallback_uses_vllm(op, hl_env, tmp_path, caplog):
+    """A key that `hltools autotune` saved with "fallback": true (vLLM's kernel was faster) routes to
+    vLLM's kernel even during warm-up; the other tuned key of the same file still runs Helion."""
+    from hlcore import config_store as cs
+    from hlcore import scaled_mm_config as smc
+
+    fn, dispatch, calls = op
+    cfg = {"block_sizes": [16, 16, 32], "num_warps": 4, "num_stages": 1, "split_k": 1, "swap_ab": False}
+    entries = [
+        cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 48, 96, 3), cfg, fallback=True),
+        cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 48, 96, 5), cfg),
+    ]
+    meta = {"gpu": "nvidia_h200", "helion": cs.installed_helion_version()}
+    cs.save_config_file(cs.config_file_path("scaled_mm", "nvidia_h200", tmp_path), entries, meta)
+    hl_env.setenv("HL_CONFIG_DIR", str(tmp_path))
+    hl_env.setattr(smc, "current_gpu_name", lambda device=None: "nvidia_h200")
+    smc.clear_scaled_mm_config_cache()
+    try:
+        with caplog.at_level("INFO", logger="vllm.hlvllm"):
+            fn(*_args(3)[0])
+            fn(*_args(5)[0])
+        assert calls == [3]  # M=3: marked -> vLLM's kernel, not even a warm-up compile
+        assert dispatch.DISPATCH_COUNTS[("fallback", 3, 48, 96)] == 1
+        assert dispatch.DISPATCH_COUNTS[("helion", 5, 48, 96)] == 1
+        assert sum("marked as slower" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        smc.clear_scaled_mm_config_cache()

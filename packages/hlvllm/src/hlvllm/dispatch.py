@@ -8,7 +8,8 @@ warm-up, during CUDA-graph capture (the chosen kernel is recorded), and for eage
 Helion's host call costs tens of microseconds, so outside capture Helion runs only once per
 (M, N, K) to compile before capture (vLLM's warm-up run precedes each capture at the same size),
 unless ``HL_HELION_EAGER=1``. A Helion failure for a shape logs one warning and that shape uses
-vLLM's kernel from then on: a server never fails because of us.
+vLLM's kernel from then on: a server never fails because of us. A tuned key that ``hltools
+autotune`` marked ``"fallback": true`` (vLLM's kernel was faster for it) also uses vLLM's kernel.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ DISPATCH_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 CAPTURE_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 _warmed: set[tuple[str, int, int, int]] = set()
 _broken: dict[tuple[str, int, int], str] = {}
+_marked: set[tuple[str, int, int, int]] = set()  # keys logged as marked "fallback" in the config file
 _max_m_limit: int | None = None  # min(max_helion_size, max CUDA-graph capture size), set by kernels
 
 
@@ -48,10 +50,37 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
+def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
+    """Whether the config file marks this key as slower than vLLM's kernel (``"fallback": true``).
+
+    Scaled-GEMM formats only; memoised by the picker; a picker error counts as "no" (the Helion call
+    itself then fails over with its own warning)."""
+    if fmt not in ("fp8_dynamic", "w8a8_int8", "block_fp8"):
+        return False
+    try:
+        from hlcore.scaled_mm_config import pick_scaled_mm_config
+
+        pick = pick_scaled_mm_config(fmt, m, n, k)
+    except Exception:  # noqa: BLE001
+        return False
+    if pick.fallback and (fmt, m, n, k) not in _marked:
+        _marked.add((fmt, m, n, k))
+        logger.info(
+            "hlvllm: %s M=%d N=%d K=%d uses vLLM's kernel: the tuned key %s in %s is marked as slower",
+            fmt,
+            m,
+            n,
+            k,
+            dict(pick.key or ()),
+            pick.path,
+        )
+    return pick.fallback
+
+
 def route(fmt: str, m: int, n: int, k: int) -> str:
     """``"helion"`` or ``"fallback"`` for one call of format ``fmt`` at ``[M, K] x [K, N]``."""
     settings = get_settings()
-    if m == 0 or m > max_helion_m() or (fmt, n, k) in _broken:
+    if m == 0 or m > max_helion_m() or (fmt, n, k) in _broken or tuned_fallback(fmt, m, n, k):
         return "fallback"
     if settings.helion_eager or _capturing():
         return "helion"
@@ -108,3 +137,4 @@ def reset() -> None:
     CAPTURE_COUNTS.clear()
     _warmed.clear()
     _broken.clear()
+    _marked.clear()
