@@ -204,7 +204,7 @@ def _vllm_per_token_fp8_quant(
         return per_token_fp8_quant_ref(x, scale_ub)
     from vllm import _custom_ops as vllm_ops
 
-    return vllm_ops.scaled_fp8_quant(x, None, scale_ub=scale_ub, use_per_token_if_dynamic=True)
+    return vllm_ops.scaled_fp8_quant(x.contiguous(), None, scale_ub=scale_ub, use_per_token_if_dynamic=True)
 
 
 def _vllm_per_token_int8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
