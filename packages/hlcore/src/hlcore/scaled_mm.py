@@ -26,11 +26,12 @@ One Helion kernel body holds every algorithm variant as tunables:
   partial tile into a persistent fp32 workspace with ``hl.atomic_add`` and takes a ticket from a
   per-tile counter; the program that draws the last ticket reads the sum back (an atomic add of
   zero, so from L2), re-zeroes that workspace tile and the counter, adds the bias and writes the
-  output tile once. The workspace and counters are therefore zero again after every
+  output tile once. The partial sums are relaxed atomics; a CTA barrier before one acquire-release
+  ticket orders them (the CUTLASS split-K semaphore pattern). The workspace and counters are therefore zero again after every
   launch (a "self-cleaning" semaphore split-K, as in stream-K fix-up kernels). The fp32 sum rounds
-  to the output dtype once. Measured on the H200 (docs/tuning.md) it is slower than the default
-  at decode sizes (the ordered fp32 atomics cost more than the fill launch saves), so the
-  heuristic does not pick it.
+  to the output dtype once. A first version with release/acquire-ordered atomics on every element
+  measured slower than the default on the H200 (docs/gpu-runs.md); this relaxed + barrier version
+  is not measured yet, so the heuristic does not pick it.
 
   Either way the order of the atomics varies: results are not bitwise repeatable (use
   ``split_k=1`` where that matters).
@@ -50,6 +51,7 @@ the kernel reads it through ``B.t()`` (a view), so no copy happens per call.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import helion
@@ -60,6 +62,7 @@ from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 from hlcore.aux_configs import config_json
 
 FP8_DTYPE = torch.float8_e4m3fn
+_HELION_REF_MODE = os.environ.get("HELION_INTERPRET") == "1"  # Helion's eager mode has no inline_triton
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INPUT_DTYPES = (FP8_DTYPE, torch.int8)
 BLOCK_SIZE = (128, 128)  # (N, K) weight block of block_fp8, as vLLM's weight_block_size
@@ -139,11 +142,15 @@ def _scaled_mm_body(
         elif not use_workspace:
             hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
         else:  # self-cleaning split-K: the last of the split_k programs of this tile writes it
-            hl.atomic_add(workspace, [tile_m, tile_n], res, sem="release")
+            # relaxed reductions (fire-and-forget), then a CTA barrier so one released ticket orders
+            # every thread's partial sums (the CUTLASS semaphore pattern: __syncthreads + fence + atomic)
+            hl.atomic_add(workspace, [tile_m, tile_n], res, sem="relaxed")
+            if not _HELION_REF_MODE:  # eager reference mode runs programs one at a time: no barrier
+                hl.inline_triton("tl.debug_barrier()", args=[], output_like=None)
             ticket = hl.atomic_add(tickets, [tile_m.id, tile_n.id], 1, sem="acq_rel")
             if ticket == num_chunks - 1:
                 # read the sum from L2 (an atomic, never a stale L1 line), then clear it for the next launch
-                total = hl.atomic_add(workspace, [tile_m, tile_n], hl.zeros([tile_m, tile_n]), sem="acquire")
+                total = hl.atomic_add(workspace, [tile_m, tile_n], hl.zeros([tile_m, tile_n]), sem="relaxed")
                 workspace[tile_m, tile_n] = hl.zeros([tile_m, tile_n])
                 hl.atomic_xchg(tickets, [tile_m.id, tile_n.id], 0, sem="relaxed")
                 if bias is not None:
