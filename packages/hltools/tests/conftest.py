@@ -1,9 +1,40 @@
 """hltools tests run the Helion kernels on the CPU: in Triton's interpreter unless the environment
 (or the root conftest) already chose Helion's own interpret mode (HELION_INTERPRET=1) or the GPU
 (HL_TEST_GPU=1). TRITON_INTERPRET must be set before triton (imported by helion /
-hlcore.scaled_mm) is first imported, so it is set here, at conftest import time."""
+hlcore.scaled_mm) is first imported, so it is set here, at conftest import time. Also the fake
+vLLM kernel that the tests of the loops around :mod:`hltools.providers` share."""
 
 import os
 
+import pytest
+
 if os.environ.get("HL_TEST_GPU") != "1" and os.environ.get("HELION_INTERPRET") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def ref_provider():
+    """A fresh :class:`hltools.providers.ScaledMMProvider` subclass whose kernel is the fp32
+    reference of the operands it is given, counting its set-up work in ``counts`` (``weights``:
+    prepare_weight calls, ``scales``: prepare_scale_a calls, ``calls``)."""
+    from hltools import providers
+
+    class RefProvider(providers.ScaledMMProvider):
+        name = "fake reference kernel"
+        mirrors = "-"
+        formats = providers.FORMATS
+        counts = {"weights": 0, "scales": 0, "calls": 0}
+
+        def prepare_weight(self, b, scale_b):
+            self.counts["weights"] += 1
+            return super().prepare_weight(b, scale_b)
+
+        def prepare_scale_a(self, scale_a):
+            self.counts["scales"] += 1
+            return scale_a
+
+        def call(self, a, scale_a, w):
+            self.counts["calls"] += 1
+            return self.reference(a, scale_a, w)
+
+    return RefProvider

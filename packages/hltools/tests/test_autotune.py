@@ -191,6 +191,47 @@ def test_other_gpu_or_helion_file_needs_force(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# vLLM's kernel as the baseline
+# ------------------------------------------------------------------------------------------------
+def test_vllm_baseline_is_vllms_default_prepared_once_per_copy(ref_provider, monkeypatch):
+    """The baseline comes from hltools.providers.vllm_default for the key's format and (N, K) (for
+    block_fp8 DeepGEMM / CUTLASS block first, not vLLM's Triton block kernel); each copy's weight
+    and scales are prepared once, the timed calls only launch; a wrong kernel is not timed."""
+    from hlcore.scaled_mm import generate_scaled_mm_inputs
+    from hltools import providers
+
+    asked = []
+
+    def candidates(fmt, order=None):
+        asked.append(fmt)
+        return [ref_provider]
+
+    monkeypatch.setattr(providers, "candidates", candidates)
+    copies = [generate_scaled_mm_inputs(3, 128, 256, fmt="block_fp8", seed=s) for s in range(3)]
+    timed = []
+
+    def timer(calls):
+        timed.append([c() for c in calls])
+        return type("T", (), {"median_us": 7.5})
+
+    assert at.time_vllm_kernel(copies, "block_fp8", timer) == ("fake reference kernel", 7.5)
+    assert asked == ["block_fp8"] and ref_provider.counts == {"weights": 3, "scales": 3, "calls": 4}
+    assert [o.shape for o in timed[0]] == [(3, 128)] * 3 and not torch.equal(timed[0][0], timed[0][1])
+
+    class Wrong(ref_provider):
+        def call(self, a, scale_a, w):
+            return torch.zeros((a.shape[0], w.b.shape[1]), dtype=self.out_dtype)
+
+    monkeypatch.setattr(providers, "candidates", lambda fmt, order=None: [Wrong])
+    with pytest.raises(RuntimeError, match="fake reference kernel: relative error 1 "):
+        at.time_vllm_kernel(copies, "block_fp8", timer)
+    monkeypatch.setattr(providers, "candidates", lambda fmt, order=None: [])
+    with pytest.raises(providers.Unsupported, match="no vLLM kernel for block_fp8"):
+        at.time_vllm_kernel(copies, "block_fp8", timer)
+    assert len(timed) == 1
+
+
+# ------------------------------------------------------------------------------------------------
 # the command
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture

@@ -120,29 +120,52 @@ def test_bench_shapes_order_merge_and_errors():
         bench.bench_shapes([("t", TINY)], ["fp8_dynamic"], [1], tp=3)
 
 
-def test_default_candidates_follow_vllm_order():
+def test_default_candidates_follow_vllm_order(monkeypatch):
+    monkeypatch.delenv("HL_BLOCK_PROVIDER", raising=False)
     c = bench.default_candidates()
     assert list(c) == ["helion", "vllm", "torch"]
     assert [x.kernel for x in c["vllm"]] == [
         "vllm cutlass_scaled_mm",
+        "torch._scaled_mm",  # vLLM's fp8 fallback when its CUTLASS ops are missing
         "vllm block deep_gemm fp8_gemm_nt",
         "vllm block cutlass_scaled_mm",
         "vllm block w8a8_triton_block_scaled_mm",
     ]
     assert [x.kernel for x in c["vllm"] if "block_fp8" in x.formats][0].endswith("fp8_gemm_nt")
+    assert [x.kernel for x in c["vllm"] if "w8a8_int8" in x.formats] == ["vllm cutlass_scaled_mm"]
     assert [x.kernel for x in c["torch"]] == ["torch._scaled_mm"] and c["torch"][0].formats == (
         "fp8_dynamic",
     )
     only = bench.default_candidates(["vllm"], ["triton", "cutlass"])
     assert list(only) == ["helion", "vllm"]
-    assert [x.kernel for x in only["vllm"]][1:] == [
+    assert [x.kernel for x in only["vllm"]][2:] == [
         "vllm block w8a8_triton_block_scaled_mm",
         "vllm block cutlass_scaled_mm",
+    ]
+    monkeypatch.setenv("HL_BLOCK_PROVIDER", "cutlass")
+    assert [x.kernel for x in bench.default_candidates(["vllm"])["vllm"]][2:] == [
+        "vllm block cutlass_scaled_mm"
     ]
     with pytest.raises(ValueError, match="block provider"):
         bench.default_candidates(block_order=["flashinfer"])
     with pytest.raises(ValueError, match="baseline"):
         bench.default_candidates(["cublas"])
+
+
+def test_provider_candidates_prepare_each_weight_once(ref_provider):
+    """A hltools.providers kernel in the loop: weight copies processed once per shape, activation
+    scales once per M, and only kernel launches in the timed calls."""
+    shape = BenchShape("tiny", "block_fp8", "o", 128, 256, (1, 3))
+    timer = FakeTimer([4.0])
+    chain = {"vllm": [bench.provider_candidate("vllm", ref_provider)]}
+    results = _run([shape], chain, timer)
+    assert [(r.kernel, r.m, r.rel_err, r.ok) for r in results] == [
+        ("fake reference kernel", 1, 0.0, True),
+        ("fake reference kernel", 3, 0.0, True),
+    ]
+    # calls: the first of each M, checked against the fp32 reference (the fake timer runs none)
+    assert ref_provider.counts == {"weights": 3, "scales": 2, "calls": 2}
+    assert timer.seen == [3, 3]
 
 
 def test_loop_with_helion_and_fallback_chain():

@@ -12,8 +12,9 @@ For each key, :func:`run_autotune` calls
    the search, candidates checked against the fp32 reference, CUDA-graph benchmarking), then
 2. a *checker* ``check(key, config, options) -> CheckResult`` (on a GPU :func:`gpu_checker`: the
    tuned config against the fp32 reference, then timed under CUDA-graph replay with rotating weights
-   against the default config and vLLM's kernel for the format; the faster of tuned and default is
-   kept, and a key where vLLM's kernel is faster is saved with ``"fallback": true``),
+   against the default config and vLLM's default kernel for the format and shape
+   (:func:`time_vllm_kernel`); the faster of tuned and default is kept, and a key where vLLM's
+   kernel is faster is saved with ``"fallback": true``),
 
 and saves the key at once (checkpoint: :func:`hlcore.config_store.save_config_file` merges and
 writes atomically). A rerun skips keys already in the file (``force`` retunes them); a failing key
@@ -26,6 +27,7 @@ This module imports torch, helion and vLLM only inside the GPU functions.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -394,24 +396,33 @@ def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
     return json.loads(config.to_json())
 
 
-def _fallback_kernel(fmt: str):
-    """``(name, call(inputs) -> out)``: vLLM's kernel for ``fmt`` (CUTLASS for fp8/int8, vLLM's
-    Triton block kernel for block_fp8)."""
-    if fmt == "block_fp8":
-        from vllm.model_executor.layers.quantization.utils.fp8_utils import w8a8_triton_block_scaled_mm
+def time_vllm_kernel(copies: Sequence[dict[str, Any]], fmt: str, timer: Callable) -> tuple[str, float]:
+    """``(name, median µs)`` of vLLM's default kernel for ``fmt``, the copies' out dtype and (N, K)
+    (:func:`hltools.providers.vllm_default`: CUTLASS for fp8/int8; DeepGEMM, else CUTLASS block,
+    else Triton block for block_fp8), over ``copies`` (``generate_scaled_mm_inputs`` dicts). Each
+    copy's weight is processed once as vLLM does at load time and its activation scales once into
+    the kernel's layout; ``timer(calls)`` (e.g. :func:`hltools.timing.time_graph`) then replays one
+    kernel launch per copy. Raises :class:`hltools.providers.Unsupported` when no kernel is usable
+    here, ``RuntimeError`` when its result on copy 0 is further than the bf16 tolerance of ``fmt``
+    from the fp32 reference of the operands it multiplies."""
+    import torch
 
-        def block(d):
-            return w8a8_triton_block_scaled_mm(
-                d["a"], d["b"].t(), d["scale_a"], d["scale_b"], list(d["block_size"]), d["out_dtype"]
-            )
+    from hlcore.testing import rel_error, tolerance
+    from hltools import providers
 
-        return "vllm w8a8_triton_block_scaled_mm", block
-    from vllm import _custom_ops as ops
-
-    def cutlass(d):
-        return ops.cutlass_scaled_mm(d["a"], d["b"], d["scale_a"], d["scale_b"], d["out_dtype"], d["bias"])
-
-    return "vllm cutlass_scaled_mm", cutlass
+    first = copies[0]
+    k, n = first["b"].shape
+    kernel = providers.vllm_default(fmt, first["out_dtype"], n, k)
+    runs = [
+        (d["a"], kernel.prepare_scale_a(d["scale_a"]), kernel.prepare_weight(d["b"], d["scale_b"]))
+        for d in copies
+    ]
+    a, scale_a, w = runs[0]
+    err = rel_error(kernel.call(a, scale_a, w), kernel.reference(a, first["scale_a"], w))
+    tol = tolerance(fmt, torch.bfloat16)
+    if not err <= tol:
+        raise RuntimeError(f"{kernel.name}: relative error {err:.3g} > {tol:.1g} vs the fp32 reference")
+    return kernel.name, timer([functools.partial(kernel.call, *r) for r in runs]).median_us
 
 
 def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> CheckResult:
@@ -446,8 +457,7 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
             f"default config faster than the tuned one ({default_us:.1f} vs {tuned_us:.1f} µs): kept"
         )
     try:
-        result.fallback_name, fallback = _fallback_kernel(key.fmt)
-        result.fallback_us = timed(fallback)
+        result.fallback_name, result.fallback_us = time_vllm_kernel(copies, key.fmt, time_graph)
         result.fallback = result.slower_than_fallback()
     except Exception as exc:  # no vLLM kernel for this shape: Helion stays, say why
         result.note = (result.note + "; " if result.note else "") + f"fallback timing failed: {exc}"[:200]

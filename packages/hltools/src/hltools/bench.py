@@ -7,17 +7,16 @@ Each result is the device time of one ``out[M, N] = dequant(A[M, K]) @ dequant(B
 | provider | ``fp8_dynamic`` | ``w8a8_int8`` | ``block_fp8`` |
 | --- | --- | --- | --- |
 | ``helion`` | ``hlcore.scaled_mm`` with its picked config (tuned file, else the heuristic) | same | same |
-| ``vllm`` (vLLM 0.26's default on Hopper, tried in this order) | CUTLASS ``cutlass_scaled_mm`` | CUTLASS ``cutlass_scaled_mm`` (int8) | DeepGEMM ``fp8_gemm_nt``, CUTLASS block ``cutlass_scaled_mm``, Triton ``w8a8_triton_block_scaled_mm`` |
+| ``vllm`` (vLLM 0.26's default on Hopper, tried in this order) | CUTLASS ``cutlass_scaled_mm``, else ``torch._scaled_mm`` | CUTLASS ``cutlass_scaled_mm`` (int8) | DeepGEMM ``fp8_gemm_nt``, CUTLASS block ``cutlass_scaled_mm``, Triton ``w8a8_triton_block_scaled_mm`` |
 | ``torch`` | ``torch._scaled_mm`` (row-wise scales) | - (fp8 only) | - |
 
-vLLM 0.26 puts ``FlashInferFp8DeepGEMMDynamicBlockScaledKernel`` first for block FP8 (FlashInfer's
-``fp8_blockscale_gemm_sm90`` at M < 32, which takes bf16 activations and quantizes inside); it needs
-FlashInfer, which our GPU machine lacks, so that candidate is not benchmarked (the results say so when
-FlashInfer is importable). Every provider gets the same pre-quantized operands; only the layout of
-the activation scales differs where a kernel needs it (column-major for CUTLASS block, TMA-aligned
-column-major for DeepGEMM), converted once before timing. DeepGEMM gets its weights post-processed
-as vLLM does at load time (``deepgemm_post_process_fp8_weight_block``, UE8M0 re-quantization when
-vLLM would use it, on a private copy).
+The ``vllm`` and ``torch`` kernels are those of :mod:`hltools.providers` (which says what each
+mirrors, and why FlashInfer's block-FP8 kernel, vLLM 0.26's first choice at M < 32, is not among
+them; the results say so when FlashInfer is importable). Every provider gets the same pre-quantized
+operands. Per (format, N, K) each vLLM kernel processes every weight copy once as vLLM does at load
+time (DeepGEMM: ``deepgemm_post_process_fp8_weight_block``, UE8M0 re-quantization when vLLM would use
+it, on a private copy), and per M its activation scales once into the layout it reads (column-major
+for CUTLASS block, TMA-aligned column-major for DeepGEMM); the timed calls launch the kernel only.
 
 Method (:func:`hltools.timing.time_graph`): a CUDA graph of one call per weight copy, rotating over
 ``copies_for(N * K)`` distinct random weights (more bytes than 4 x the 60 MB L2, so each call reads
@@ -39,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -54,13 +54,13 @@ from typing import Any
 
 import torch
 
-from hltools.providers import column_major, tma_aligned_column_major
+from hltools import providers
 from hltools.shapes import linear_shapes
 
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 PROVIDERS = ("helion", "vllm", "torch")
 BASELINES = ("vllm", "torch")
-BLOCK_CANDIDATES = ("deep_gemm", "cutlass", "triton")  # vLLM 0.26's CUDA order (FlashInfer aside)
+BLOCK_CANDIDATES = providers.BLOCK_ORDER  # vLLM 0.26's CUDA order (FlashInfer aside)
 BLOCK = (128, 128)
 SANITY_REL_ERR = 0.1  # a baseline further than this from the fp32 reference is treated as broken
 RESULTS_JSON = "kernels.json"
@@ -83,7 +83,8 @@ class BenchResult:
     ``kernel``: what actually ran (e.g. ``vllm block deep_gemm fp8_gemm_nt``; ``-`` when nothing
     could run). Times are microseconds per call (None when not measured: ``note`` says why);
     ``speedup_vs_vllm`` = vLLM's median / this median; ``rel_err``: relative Frobenius error of this
-    provider's output vs the fp32 dequantized reference (weight copy 0); ``ok``: ran, timed, and (for
+    provider's output vs the fp32 dequantized reference (weight copy 0; DeepGEMM's includes vLLM's
+    UE8M0 re-quantization of the weight, about 2.6e-2); ``ok``: ran, timed, and (for
     Helion) within the hlcore.testing tolerance. ``config``: for Helion, where the config came from
     (``exact``, ``nearest``, ``heuristic``...)."""
 
@@ -362,152 +363,45 @@ def _helion_config(inputs: GemmInputs, m: int) -> str:
 HELION = Candidate("helion", "helion scaled_mm", FORMATS, _helion_prepare, _helion_config)
 
 
-def _cutlass_prepare(inputs: GemmInputs) -> PreparedGemm:
-    from vllm import _custom_ops as ops
-
-    _ = torch.ops._C.cutlass_scaled_mm  # raises when vLLM's compiled ops are missing
+def _provider_prepare(cls: type[providers.ScaledMMProvider], inputs: GemmInputs) -> PreparedGemm:
+    """``cls`` built for the inputs' format, out dtype and (N, K), every weight copy prepared once
+    (vLLM's load-time processing); per M the activation scales once in the kernel's layout."""
+    p = cls(inputs.fmt, inputs.out_dtype, inputs.n, inputs.k)
+    weights = [p.prepare_weight(b, sb) for b, sb in inputs.weights]
 
     def for_m(m: int) -> list[GemmCall]:
-        a, sa = inputs.a[:m], inputs.scale_a[:m]
-        return [
-            lambda b=b, sb=sb: ops.cutlass_scaled_mm(a, b, sa, sb, inputs.out_dtype)
-            for b, sb in inputs.weights
-        ]
+        return p.calls(inputs.a[:m], p.prepare_scale_a(inputs.scale_a[:m]), weights)
 
     return for_m
 
 
-def _torch_prepare(inputs: GemmInputs) -> PreparedGemm:
-    if not hasattr(torch, "_scaled_mm"):
-        raise RuntimeError("this torch has no torch._scaled_mm")
-
-    def for_m(m: int) -> list[GemmCall]:
-        a, sa = inputs.a[:m], inputs.scale_a[:m].reshape(-1, 1)
-        rows = [(b, sb.reshape(1, -1)) for b, sb in inputs.weights]  # scale_b as [1, N]
-        return [
-            lambda b=b, sb=sb: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=inputs.out_dtype)
-            for b, sb in rows
-        ]
-
-    return for_m
+def provider_candidate(provider: str, cls: type[providers.ScaledMMProvider]) -> Candidate:
+    """A :class:`Candidate` of ``provider`` that runs the :mod:`hltools.providers` kernel ``cls``."""
+    return Candidate(provider, cls.name, cls.formats, functools.partial(_provider_prepare, cls))
 
 
-def _deep_gemm_prepare(inputs: GemmInputs) -> PreparedGemm:
-    """vLLM's ``DeepGemmFp8BlockScaledMMKernel``: weights post-processed as at load time (on copies:
-    UE8M0 re-quantization works in place), activation scales TMA-aligned column-major."""
-    if os.environ.get("VLLM_USE_DEEP_GEMM", "1") == "0":
-        raise RuntimeError("VLLM_USE_DEEP_GEMM=0")
-    if inputs.out_dtype != torch.bfloat16:
-        raise RuntimeError("DeepGEMM supports bf16 output only (vLLM then picks the next kernel)")
-    from vllm.model_executor.layers.quantization.utils.fp8_utils import deepgemm_post_process_fp8_weight_block
-    from vllm.utils.deep_gemm import (
-        fp8_gemm_nt,
-        is_deep_gemm_e8m0_used,
-        is_deep_gemm_supported,
-        should_use_deepgemm_for_fp8_linear,
-    )
-
-    if not is_deep_gemm_supported():
-        raise RuntimeError("DeepGEMM is not supported here (vLLM's is_deep_gemm_supported() is False)")
-    if not should_use_deepgemm_for_fp8_linear(inputs.out_dtype, (inputs.n, inputs.k)):
-        raise RuntimeError(f"vLLM does not use DeepGEMM for N={inputs.n}, K={inputs.k}")
-    e8m0 = is_deep_gemm_e8m0_used()
-    weights = []
-    for b, sb in inputs.weights:
-        wq = b.t().clone() if e8m0 else b.t()  # [N, K] row-major
-        weights.append(deepgemm_post_process_fp8_weight_block(wq, sb.clone(), BLOCK, e8m0))
-
-    def for_m(m: int) -> list[GemmCall]:
-        a = inputs.a[:m]
-        sa = tma_aligned_column_major(inputs.scale_a[:m])
-
-        def call(w, ws):
-            out = torch.empty((m, inputs.n), dtype=inputs.out_dtype, device=a.device)
-            fp8_gemm_nt((a, sa), (w, ws), out, is_deep_gemm_e8m0_used=e8m0)
-            return out
-
-        return [lambda w=w, ws=ws: call(w, ws) for w, ws in weights]
-
-    return for_m
-
-
-def _cutlass_block_prepare(inputs: GemmInputs) -> PreparedGemm:
-    """vLLM's ``CutlassFp8BlockScaledMMKernel``: ``cutlass_scaled_mm(A, W.T, As col-major, Ws.T)``."""
-    from vllm import _custom_ops as ops
-    from vllm.platforms import current_platform
-
-    cap = current_platform.get_device_capability()
-    if cap is None or not ops.cutlass_scaled_mm_supports_block_fp8(cap.to_int()):
-        raise RuntimeError("CUTLASS block FP8 is not supported on this GPU")
-
-    def for_m(m: int) -> list[GemmCall]:
-        a, sa = inputs.a[:m], column_major(inputs.scale_a[:m])
-        transposed = [(b, sb.t()) for b, sb in inputs.weights]  # block scales as [K/128, N/128]
-        return [
-            lambda b=b, sbt=sbt: ops.cutlass_scaled_mm(a, b, sa, sbt, inputs.out_dtype)
-            for b, sbt in transposed
-        ]
-
-    return for_m
-
-
-def _triton_block_prepare(inputs: GemmInputs) -> PreparedGemm:
-    """vLLM's ``TritonFp8BlockScaledMMKernel``: ``w8a8_triton_block_scaled_mm(A, W [N, K], As, Ws)``."""
-    from vllm.model_executor.layers.quantization.utils.fp8_utils import w8a8_triton_block_scaled_mm
-
-    def for_m(m: int) -> list[GemmCall]:
-        a, sa = inputs.a[:m], inputs.scale_a[:m]
-        return [
-            lambda b=b, sb=sb: w8a8_triton_block_scaled_mm(a, b.t(), sa, sb, list(BLOCK), inputs.out_dtype)
-            for b, sb in inputs.weights
-        ]
-
-    return for_m
-
-
-VLLM_CUTLASS = Candidate("vllm", "vllm cutlass_scaled_mm", ("fp8_dynamic", "w8a8_int8"), _cutlass_prepare)
-VLLM_BLOCK = {
-    "deep_gemm": Candidate("vllm", "vllm block deep_gemm fp8_gemm_nt", ("block_fp8",), _deep_gemm_prepare),
-    "cutlass": Candidate("vllm", "vllm block cutlass_scaled_mm", ("block_fp8",), _cutlass_block_prepare),
-    "triton": Candidate(
-        "vllm", "vllm block w8a8_triton_block_scaled_mm", ("block_fp8",), _triton_block_prepare
-    ),
-}
-TORCH_SCALED_MM = Candidate("torch", "torch._scaled_mm", ("fp8_dynamic",), _torch_prepare)
+VLLM_BLOCK = {key: provider_candidate("vllm", cls) for key, cls in providers.BLOCK_PROVIDERS.items()}
+TORCH_SCALED_MM = provider_candidate("torch", providers.TorchScaledMM)
 
 
 def default_candidates(
-    baselines: Sequence[str] = BASELINES, block_order: Sequence[str] = BLOCK_CANDIDATES
+    baselines: Sequence[str] = BASELINES, block_order: Sequence[str] | None = None
 ) -> dict[str, list[Candidate]]:
-    """Provider -> candidates in the order tried: Helion; vLLM's default kernels (CUTLASS, then the
-    block kernels in ``block_order``); torch._scaled_mm. ``baselines`` picks among vllm/torch."""
-    bad = [b for b in block_order if b not in VLLM_BLOCK]
-    if bad:
-        raise ValueError(f"unknown block provider(s) {bad}; choose from {list(VLLM_BLOCK)}")
+    """Provider -> candidates in the order tried: Helion; vLLM's default kernels
+    (:func:`hltools.providers.candidates` of every format: CUTLASS, torch._scaled_mm for fp8, the
+    block kernels in ``block_order``, default ``HL_BLOCK_PROVIDER`` or vLLM's order);
+    torch._scaled_mm. ``baselines`` picks among vllm/torch."""
+    order = providers.block_order(block_order)
     bad = [b for b in baselines if b not in BASELINES]
     if bad:
         raise ValueError(f"unknown baseline(s) {bad}; choose from {list(BASELINES)}")
     out: dict[str, list[Candidate]] = {"helion": [HELION]}
     if "vllm" in baselines:
-        out["vllm"] = [VLLM_CUTLASS, *(VLLM_BLOCK[b] for b in block_order)]
+        chain = dict.fromkeys(cls for fmt in FORMATS for cls in providers.candidates(fmt, order))
+        out["vllm"] = [provider_candidate("vllm", cls) for cls in chain]
     if "torch" in baselines:
         out["torch"] = [TORCH_SCALED_MM]
     return out
-
-
-def flashinfer_note() -> str:
-    """Why vLLM's first block-FP8 choice (FlashInfer at M < 32) is not in the results, or ""."""
-    try:
-        from vllm.utils.flashinfer import has_flashinfer_fp8_blockscale_gemm
-
-        if has_flashinfer_fp8_blockscale_gemm():
-            return (
-                "FlashInfer fp8_blockscale_gemm_sm90 is installed: vLLM would use it for block FP8 at "
-                "M < 32 (bf16 input, quantization inside); not benchmarked here"
-            )
-    except Exception:
-        pass
-    return ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,7 +443,7 @@ def compile_jobs(
     for s in shapes:
         for m in s.ms:
             jobs.setdefault(("helion", s.fmt, s.n, s.k, pick(s.fmt, m, s.n, s.k)), []).append(m)
-        if s.fmt == "block_fp8" and VLLM_BLOCK["deep_gemm"].kernel in kernels:
+        if s.fmt == "block_fp8" and providers.DeepGemmBlock.name in kernels:
             jobs.setdefault(("deep_gemm", s.fmt, s.n, s.k, ""), []).extend(s.ms)
     return [
         CompileJob(kind, fmt, n, k, tuple(sorted(set(ms))), cfg, out_dtype)
@@ -593,7 +487,10 @@ def run_compile_job(job: CompileJob, device: str = "cuda") -> str | None:
                     config=job.config,
                 )
             elif job.kind == "deep_gemm":
-                _deep_gemm_prepare(inputs)(m)[0]()
+                b, sb = inputs.weights[0]
+                providers.DeepGemmBlock(job.fmt, inputs.out_dtype, job.n, job.k)(
+                    inputs.a, b, inputs.scale_a, sb
+                )
             else:
                 raise ValueError(f"unknown compile job kind {job.kind!r}")
         if device == "cuda":
@@ -612,8 +509,6 @@ def precompile(
     """Run ``jobs`` in ``workers`` spawned processes (each imports torch/helion once) so the timed
     loop finds Triton's and DeepGEMM's on-disk caches warm; returns the failed jobs' errors.
     ``workers <= 1`` runs them here, one after the other."""
-    import functools
-
     errors: dict[CompileJob, str] = {}
     run = functools.partial(run_compile_job, device=device)
     if workers <= 1:

@@ -157,9 +157,10 @@ def kernels(
         str,
         typer.Option(
             help="vLLM block-FP8 kernels to try, in order (the first that works is vLLM's default): "
-            "deep_gemm, cutlass, triton. DeepGEMM JIT-compiles each shape with nvcc on first use."
+            "deep_gemm, cutlass, triton; default HL_BLOCK_PROVIDER alone when set, else all three in "
+            "that order. DeepGEMM JIT-compiles each shape with nvcc on first use."
         ),
-    ] = "deep_gemm,cutlass,triton",
+    ] = "",
     seed: Annotated[int, typer.Option(help="Seed of the generated inputs.")] = 0,
     jobs: Annotated[
         int | None,
@@ -184,7 +185,7 @@ def kernels(
     distribution). Needs a CUDA GPU (exit 2 without one, except --list). Exits 1 if a Helion
     point failed (and prints a command that reruns it).
     """
-    from hltools import bench
+    from hltools import bench, providers
 
     console = _console()
     models = _load_models(model)
@@ -237,7 +238,7 @@ def kernels(
         "copy_bandwidth_gbs": bandwidth,
         "candidates": {p: [c.kernel for c in cs] for p, cs in candidates.items()},
     }
-    flash = bench.flashinfer_note()
+    flash = providers.flashinfer_note()
     if flash:
         metadata["flashinfer"] = flash
         console.print(f"[yellow]{flash}")

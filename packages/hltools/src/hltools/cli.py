@@ -254,7 +254,7 @@ def validate(
         "command": " ".join(["hltools", *sys.argv[1:]]),
         "commit": _git_commit(),
     }
-    fallbacks: dict[str, tuple[str, object]] = {}
+    fallbacks: dict = {}  # format -> hltools.providers.ScaledMMProvider
     bandwidth = None
     if interpret:
         device = torch.device("cpu")
@@ -271,6 +271,7 @@ def validate(
             mode="helion-interpret" if helion_interpret else "triton-interpret", cpu_scale=cpu_scale
         )
     else:
+        from hltools.providers import vllm_default
         from hltools.timing import copy_bandwidth_gbs
 
         device = torch.device("cuda")
@@ -278,11 +279,13 @@ def validate(
         gpu = torch.cuda.get_device_name()
         for fmt in fmts:
             try:
-                fallbacks[fmt] = v.pick_fallback(fmt)
-            except RuntimeError as exc:
+                fallbacks[fmt] = vllm_default(fmt, dtype)
+            except (RuntimeError, ValueError) as exc:
                 console.print(f"[bold red]{fmt}: {exc}")
                 raise typer.Exit(1) from None
-        names = {fmt: name for fmt, (name, _) in fallbacks.items()}
+            for reason in fallbacks[fmt].skipped:
+                console.print(f"[dim]{fmt}: skipped {reason}")
+        names = {fmt: p.name for fmt, p in fallbacks.items()}
         console.print(f"GPU {gpu}: measured copy bandwidth {bandwidth:.0f} GB/s; fallbacks: {names}")
         metadata_.update(mode="gpu", gpu=gpu, fallbacks=names, copy_bandwidth_gbs=bandwidth)
     console.print(
@@ -295,7 +298,8 @@ def validate(
     summaries = []
     with console.status("validating...") as status:
         for fmt in fmts:
-            provider, fallback = fallbacks.get(fmt, ("", None))
+            fallback = fallbacks.get(fmt)
+            provider = fallback.name if fallback else ""
             fmt_rows: list[v.Row] = []
             for shape in shapes:
                 n, k = shape.n, shape.k
@@ -314,7 +318,6 @@ def validate(
                     fallback=fallback,
                     bandwidth_gbs=bandwidth,
                     fmt=fmt,
-                    provider=provider,
                 )
             console.print(_table(fmt_rows, None if interpret else provider, fmt))
             passed = sum(r.passed for r in fmt_rows)

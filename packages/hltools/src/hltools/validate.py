@@ -13,12 +13,16 @@ with the config :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` picks (bf1
   :func:`hlcore.scaled_mm.scaled_mm_ref` of the same quantized inputs, within
   :func:`hlcore.testing.tolerance` (``"fp8_dynamic"``, per out dtype);
 * cross-check (GPU only): the same relative error between Helion's output and the fallback kernel's
-  (vLLM's default kernel for the format, :func:`hltools.providers.vllm_default`), which catches a reference and kernel
-  that agree on wrong semantics. The fallback has its own error (CUTLASS accumulates fp8 products
-  imprecisely on sm90: ~2e-3 at K = 8192, above the fp16 tolerance), so this check uses
-  :func:`cross_check_tolerance`, the bf16 tolerance that hlcore.testing sizes for it;
+  (vLLM's default kernel for the format and layer shape, :func:`hltools.providers.vllm_default`),
+  which catches a reference and kernel that agree on wrong semantics. Both multiply the same
+  operands: where the fallback re-quantizes the weight at load time as vLLM does (DeepGEMM's UE8M0
+  scales), Helion is run once more on the re-quantized weight for this check. The fallback has its
+  own error (CUTLASS accumulates fp8 products imprecisely on sm90: ~2e-3 at K = 8192, above the fp16
+  tolerance), so this check uses :func:`cross_check_tolerance`, the bf16 tolerance that
+  hlcore.testing sizes for it;
 * speed (GPU only): CUDA-graph replay over ``copies_for(N * K)`` distinct random weights (more bytes
-  than L2), Helion vs the fallback, and Helion's share of the HBM roofline
+  than L2), Helion vs the fallback (each weight copy processed once beforehand as vLLM does at load
+  time, activation scales once in the layout it reads), and Helion's share of the HBM roofline
   ``scaled_mm_bytes / time / copy_bandwidth``.
 
 Inputs: one :func:`hlcore.scaled_mm.generate_scaled_mm_inputs` draw per layer with
@@ -34,19 +38,18 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
 from hlcore.testing import max_abs_error, rel_error, tolerance
+from hltools.providers import ScaledMMProvider, vllm_default
 
 FORMAT = "fp8_dynamic"  # the default format
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 MIN_TOKENS_DRAWN = 32  # activations drawn per layer, at least (see module docstring)
 MIN_SCALED_DIM = 32
-
-ScaledMM = Callable[..., torch.Tensor]
 
 
 @dataclass
@@ -64,8 +67,8 @@ class Row:
     rel_err: float
     tolerance: float
     passed: bool
-    fallback_rel_err: float | None = None  # Helion vs fallback
-    fallback_ref_err: float | None = None  # fallback vs fp32 reference (for information)
+    fallback_rel_err: float | None = None  # Helion vs fallback, on the operands the fallback multiplies
+    fallback_ref_err: float | None = None  # fallback vs the fp32 reference of them (for information)
     fallback_tolerance: float | None = None
     helion_us: float | None = None
     fallback_us: float | None = None
@@ -88,18 +91,6 @@ def scaled_down(dim: int, scale: int) -> int:
     if scale < 1:
         raise ValueError(f"scale must be >= 1; got {scale}")
     return max(MIN_SCALED_DIM, math.ceil(dim / scale))
-
-
-# --------------------------------------------------------------------------------------------
-# Fallback (the kernel vLLM would run): provider name + call(a, b, scale_a, scale_b, out_dtype)
-# --------------------------------------------------------------------------------------------
-def pick_fallback(fmt: str = FORMAT) -> tuple[str, ScaledMM]:
-    """vLLM's default kernel for ``fmt`` (:func:`hltools.providers.vllm_default`): ``cutlass_scaled_mm``
-    for fp8_dynamic (else ``torch._scaled_mm``) and w8a8_int8; DeepGEMM, CUTLASS block or Triton block
-    for block_fp8."""
-    from hltools.providers import vllm_default
-
-    return vllm_default(fmt)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,19 +118,9 @@ def _random_weights(
     return out
 
 
-def _time_row(
-    sm,
-    fallback: ScaledMM,
-    a,
-    scale_a,
-    weights,
-    out_dtype,
-    row: Row,
-    bandwidth_gbs: float,
-    block_size,
-    fb_scale_a,
-):
-    """Fill the timing fields of ``row`` (CUDA-graph replay, rotating weights)."""
+def _time_row(sm, fb_calls, a, scale_a, weights, out_dtype, row: Row, bandwidth_gbs, block_size):
+    """Fill the timing fields of ``row`` (CUDA-graph replay, rotating weights): Helion over
+    ``weights``, the fallback's ``fb_calls`` (one per prepared weight copy; none: not timed)."""
     from hltools.timing import scaled_mm_bytes, time_graph
 
     m, n, k = row.m, row.n, row.k
@@ -149,13 +130,34 @@ def _time_row(
     row.helion_us = time_graph(helion_calls).median_us
     nbytes = scaled_mm_bytes(m, n, k, out_bytes=torch.finfo(out_dtype).bits // 8)
     row.roofline_pct = 100.0 * nbytes / (row.helion_us * 1e-6) / (bandwidth_gbs * 1e9)
+    if not fb_calls:
+        return
     try:
-        row.fallback_us = time_graph(
-            [lambda b=b, s=s: fallback(a, b, fb_scale_a, s, out_dtype) for b, s in weights]
-        ).median_us
+        row.fallback_us = time_graph(fb_calls).median_us
         row.speedup = row.fallback_us / row.helion_us
     except Exception as exc:  # the fallback may not support a shape; report, do not fail
         row.note = f"fallback timing failed: {type(exc).__name__}: {exc}"[:200]
+
+
+def _layer_fallback(fallback: ScaledMMProvider, fmt, out_dtype, n, k, weights):
+    """``(provider, [prepared weight per copy])``: ``fallback`` when it takes this ``[N, K]``, else
+    vLLM's next choice for it (:func:`hltools.providers.vllm_default`); each copy processed once."""
+    if fallback.can_implement(n, k) is not None:
+        fallback = vllm_default(fmt, out_dtype, n, k)
+    return fallback, [fallback.prepare_weight(b, s) for b, s in weights]
+
+
+def _cross_check(sm, fallback: ScaledMMProvider, w0, a, scale_a, fb_scale_a, out, row: Row):
+    """Helion (``out``) vs the fallback on weight copy 0, both on the operands the fallback multiplies
+    (Helion rerun on the weight the fallback re-quantized, if it did)."""
+    theirs = fallback.call(a, fb_scale_a, w0)
+    ours = out
+    if w0.requantized:
+        ours = sm.scaled_mm(a, w0.b, scale_a, w0.scale_b, fallback.out_dtype, block_size=fallback.block_size)
+    row.fallback_rel_err = rel_error(ours, theirs)
+    row.fallback_ref_err = rel_error(theirs, fallback.reference(a, scale_a, w0))
+    row.fallback_tolerance = cross_check_tolerance(fallback.out_dtype, row.format)
+    row.passed = row.passed and row.fallback_rel_err <= row.fallback_tolerance
 
 
 def validate_layer(
@@ -168,18 +170,17 @@ def validate_layer(
     device: torch.device,
     seed: int = 0,
     model_nk: tuple[int, int] | None = None,
-    fallback: ScaledMM | None = None,
+    fallback: ScaledMMProvider | None = None,
     bandwidth_gbs: float | None = None,
     fmt: str = FORMAT,
-    provider: str = "",
 ) -> list[Row]:
-    """Check (and on CUDA, with ``fallback`` and ``bandwidth_gbs``, time) one linear at each M.
+    """Check (and on CUDA, with ``fallback`` (:func:`hltools.providers.vllm_default` of ``fmt`` and
+    ``out_dtype``) and ``bandwidth_gbs``, cross-check and time) one linear at each M.
 
     Kernel exceptions become failing rows (``note`` holds the message); nothing is raised for a
     wrong result. ``hlcore.scaled_mm`` is imported here, so set ``TRITON_INTERPRET`` first.
     """
     from hlcore import scaled_mm as sm
-    from hltools.providers import provider_scale_a
     from hltools.timing import copies_for
 
     tol = tolerance(fmt, out_dtype)
@@ -188,9 +189,16 @@ def validate_layer(
     inputs = sm.generate_scaled_mm_inputs(drawn, n, k, fmt=fmt, device=device, out_dtype=out_dtype, seed=seed)
     b, scale_b, block_size = inputs["b"], inputs["scale_b"], inputs["block_size"]
     timed = device.type == "cuda" and fallback is not None and bandwidth_gbs is not None
-    weights = None
+    weights, fb_weights, fb_note = None, [], ""
     if timed:
         weights = [(b, scale_b)] + _random_weights(n, k, copies_for(n * k) - 1, device, seed + 1, fmt)
+        try:
+            chosen, fb_weights = _layer_fallback(fallback, fmt, out_dtype, n, k, weights)
+            if chosen is not fallback:
+                fb_note = f"fallback for N={n} K={k}: {chosen.name} ({fallback.name} cannot take it)"
+            fallback = chosen
+        except Exception as exc:
+            fb_note = f"fallback unavailable: {type(exc).__name__}: {exc}"[:200]
     rows = []
     for m in num_tokens:
         a, scale_a = inputs["a"][:m], inputs["scale_a"][:m]
@@ -205,18 +213,16 @@ def validate_layer(
         row.max_abs_err, row.rel_err = max_abs_error(out, ref), rel_error(out, ref)
         row.passed = row.rel_err <= tol
         if timed:
-            fb_scale_a = provider_scale_a(provider, scale_a)
+            row.note, fb_scale_a = fb_note, None
+            if fb_weights:
+                try:
+                    fb_scale_a = fallback.prepare_scale_a(scale_a)
+                    _cross_check(sm, fallback, fb_weights[0], a, scale_a, fb_scale_a, out, row)
+                except Exception as exc:
+                    row.note = f"fallback failed: {type(exc).__name__}: {exc}"[:200]
+            fb_calls = fallback.calls(a, fb_scale_a, fb_weights) if fb_scale_a is not None else []
             try:
-                fb = fallback(a, b, fb_scale_a, scale_b, out_dtype)
-                row.fallback_rel_err, row.fallback_ref_err = rel_error(out, fb), rel_error(fb, ref)
-                row.fallback_tolerance = cross_check_tolerance(out_dtype, fmt)
-                row.passed = row.passed and row.fallback_rel_err <= row.fallback_tolerance
-            except Exception as exc:
-                row.note = f"fallback failed: {type(exc).__name__}: {exc}"[:200]
-            try:
-                _time_row(
-                    sm, fallback, a, scale_a, weights, out_dtype, row, bandwidth_gbs, block_size, fb_scale_a
-                )
+                _time_row(sm, fb_calls, a, scale_a, weights, out_dtype, row, bandwidth_gbs, block_size)
             except Exception as exc:
                 row.passed = False
                 row.note = f"Helion timing failed: {type(exc).__name__}: {exc}"[:300]

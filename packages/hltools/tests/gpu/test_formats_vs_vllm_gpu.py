@@ -1,7 +1,9 @@
 """The three formats on a CUDA GPU against vLLM's own kernels (``nox -s gpu_tests``).
 
 Helion's ``scaled_mm`` must agree with every vLLM kernel that serves the format (CUTLASS FP8 and INT8;
-DeepGEMM, CUTLASS block and Triton block for Block_FP8) and each of them with the fp32 reference, on
+DeepGEMM, CUTLASS block and Triton block for Block_FP8; :mod:`hltools.providers`, weights processed as
+vLLM does at load time) and each of them with the fp32 reference of the operands it multiplies
+(DeepGEMM's weight re-quantized to UE8M0 scales when vLLM does that; Helion then also runs on it), on
 Qwen3-8B and Qwen3-32B TP=2 shapes at decode sizes and with a bias, and CUDA-graph replay must equal
 the eager result bit for bit (split_k > 1 included: replays run the same atomics order only up to
 rounding, so replay is compared within tolerance and against a second eager call for split_k = 1).
@@ -22,20 +24,21 @@ MS = (1, 3, 8, 17, 32)
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 
 
-def _providers(fmt, with_deep_gemm):
-    """vLLM's kernels for ``fmt``; DeepGEMM JIT-compiles each shape with nvcc (tens of seconds), so
-    it runs on one shape only."""
+def _providers(fmt, n, k, with_deep_gemm):
+    """vLLM's kernels for ``fmt`` that take an ``[N, K]`` weight here (for block_fp8 each of them, not
+    only the default); DeepGEMM JIT-compiles each shape with nvcc (tens of seconds), so it runs on
+    one shape only."""
     from hltools import providers
 
     if fmt != "block_fp8":
-        return [providers.vllm_default(fmt)]
+        return [providers.vllm_default(fmt, torch.bfloat16, n, k)]
     out = []
-    for name, make in providers._BLOCK.items():
-        if name == "deep_gemm" and not with_deep_gemm:
+    for cls in providers.BLOCK_PROVIDERS.values():
+        if cls is providers.DeepGemmBlock and not with_deep_gemm:
             continue
         try:
-            out.append((f"vllm block {name}", make()))
-        except RuntimeError:
+            out.append(cls(fmt, torch.bfloat16, n, k))
+        except providers.Unsupported:
             continue
     assert out, "no vLLM block-FP8 kernel is usable on this GPU"
     return out
@@ -44,11 +47,9 @@ def _providers(fmt, with_deep_gemm):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("nk", SHAPES, ids=[f"N{n}K{k}" for n, k in SHAPES])
 def test_helion_matches_vllm_kernels(fmt, nk):
-    from hltools.providers import provider_scale_a
-
     n, k = nk
     tol = tolerance(fmt, torch.bfloat16)
-    providers = _providers(fmt, with_deep_gemm=nk == SHAPES[0])
+    providers = _providers(fmt, n, k, with_deep_gemm=nk == SHAPES[0])
     for m in MS:
         d = generate_scaled_mm_inputs(m, n, k, fmt=fmt, device="cuda", seed=m)
         out = scaled_mm(
@@ -56,10 +57,17 @@ def test_helion_matches_vllm_kernels(fmt, nk):
         )
         ref = scaled_mm_ref(**d)
         assert rel_error(out, ref) <= tol, (fmt, m, n, k, rel_error(out, ref))
-        for name, call in providers:
-            theirs = call(d["a"], d["b"], provider_scale_a(name, d["scale_a"]), d["scale_b"], torch.bfloat16)
-            assert rel_error(theirs, ref) <= tol, (name, m, n, k, rel_error(theirs, ref))
-            assert rel_error(out, theirs) <= tol, (name, m, n, k, rel_error(out, theirs))
+        for p in providers:
+            w = p.prepare_weight(d["b"], d["scale_b"])
+            theirs = p.call(d["a"], p.prepare_scale_a(d["scale_a"]), w)
+            their_ref = p.reference(d["a"], d["scale_a"], w)
+            assert rel_error(theirs, their_ref) <= tol, (p.name, m, n, k, rel_error(theirs, their_ref))
+            ours = out
+            if w.requantized:  # Helion on the same (re-quantized) weight
+                ours = scaled_mm(
+                    d["a"], w.b, d["scale_a"], w.scale_b, torch.bfloat16, block_size=d["block_size"]
+                )
+            assert rel_error(ours, theirs) <= tol, (p.name, m, n, k, rel_error(ours, theirs))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
