@@ -62,7 +62,9 @@ from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 from hlcore.aux_configs import config_json
 
 FP8_DTYPE = torch.float8_e4m3fn
-_HELION_REF_MODE = os.environ.get("HELION_INTERPRET") == "1"  # Helion's eager mode has no inline_triton
+_HELION_REF_MODE = int(
+    os.environ.get("HELION_INTERPRET") == "1"
+)  # eager mode has no inline_triton (int: a bool kernel arg breaks the Triton interpreter)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INPUT_DTYPES = (FP8_DTYPE, torch.int8)
 BLOCK_SIZE = (128, 128)  # (N, K) weight block of block_fp8, as vLLM's weight_block_size
@@ -100,7 +102,7 @@ def _scaled_mm_body(
     k_chunk = helion.next_power_of_2(helion.cdiv(helion.cdiv(k, kg), split_k)) * kg  # whole groups
     # programs per output tile: can be fewer than split_k (K = 96, split_k = 4 -> 3 chunks of 32)
     num_chunks = helion.cdiv(k, k_chunk)
-    if num_chunks > 1 and not use_workspace:
+    if split_k > 1 and not use_workspace:
         # The split-K programs add into `out`; it starts as the bias (or zero).
         if bias is not None:
             out.copy_(bias.expand(m, n))
@@ -135,7 +137,7 @@ def _scaled_mm_body(
                     res = res + part * scale_a[tile_m, kb][:, None] * scale_b[tile_n.index // kg, kb][None, :]
             if swap_ab:
                 res = res_t.t()
-        if num_chunks == 1:
+        if split_k == 1:  # constexpr branches (num_chunks is a runtime value)
             if bias is not None:
                 res = res + bias[tile_n][None, :].to(torch.float32)
             out[tile_m, tile_n] = res.to(out.dtype)
@@ -145,7 +147,7 @@ def _scaled_mm_body(
             # relaxed reductions (fire-and-forget), then a CTA barrier so one released ticket orders
             # every thread's partial sums (the CUTLASS semaphore pattern: __syncthreads + fence + atomic)
             hl.atomic_add(workspace, [tile_m, tile_n], res, sem="relaxed")
-            if not _HELION_REF_MODE:  # eager reference mode runs programs one at a time: no barrier
+            if _HELION_REF_MODE == 0:  # eager reference mode runs programs one at a time: no barrier
                 hl.inline_triton("tl.debug_barrier()", args=[], output_like=None)
             ticket = hl.atomic_add(tickets, [tile_m.id, tile_n.id], 1, sem="acq_rel")
             if ticket == num_chunks - 1:
