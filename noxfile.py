@@ -40,12 +40,15 @@ def tests(session: nox.Session) -> None:
     """CPU tests: every package with kernels in Triton's interpreter, then the kernel tests again in
     Helion's eager reference mode (the two modes cannot share a process)."""
     env = _env()
+    # pytest-xdist: one worker per CPU (HL_TEST_WORKERS overrides; 0 = in-process)
+    workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto")]
     session.run(
         "python",
         "-m",
         "pytest",
         "-m",
         "not gpu",
+        *workers,
         *session.posargs,
         env={**env, "HL_TEST_INTERPRET": "triton"},
     )
@@ -56,6 +59,7 @@ def tests(session: nox.Session) -> None:
         "packages/hlcore/tests",
         "-m",
         "not gpu",
+        *workers,
         *session.posargs,
         env={**env, "HL_TEST_INTERPRET": "helion"},
     )
