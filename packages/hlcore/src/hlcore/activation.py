@@ -22,6 +22,7 @@ import helion.language as hl
 import torch
 
 from hlcore.aux_configs import config_json, pick_silu_and_mul_config
+from hlcore.helion_compat import local_kernel
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -45,11 +46,13 @@ def _silu_and_mul_body(
 
 @functools.cache
 def _kernel_for(config_json_text: str):
-    return helion.kernel(
-        _silu_and_mul_body,
-        config=helion.Config.from_json(config_json_text),
-        static_shapes=False,
-        ignore_warnings=[helion.exc.TensorOperationInWrapper],
+    return local_kernel(
+        helion.kernel(
+            _silu_and_mul_body,
+            config=helion.Config.from_json(config_json_text),
+            static_shapes=False,
+            ignore_warnings=[helion.exc.TensorOperationInWrapper],
+        )
     )
 
 

@@ -30,6 +30,7 @@ import helion.language as hl
 import torch
 
 from hlcore.aux_configs import config_json, pick_fused_add_rms_norm_config, pick_rms_norm_config
+from hlcore.helion_compat import local_kernel
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -93,11 +94,13 @@ def _kernel_for(name: str, has_weight: bool, one_row: bool, config_json_text: st
     (``residual``) whose M is 1 at the first call as a broadcast row (stride dropped), then reuses
     that code for every M: so M == 1 gets its own kernel (where the broadcast is right)."""
     del has_weight, one_row  # part of the cache key only
-    return helion.kernel(
-        _BODIES[name],
-        config=helion.Config.from_json(config_json_text),
-        static_shapes=False,
-        ignore_warnings=[helion.exc.TensorOperationInWrapper],
+    return local_kernel(
+        helion.kernel(
+            _BODIES[name],
+            config=helion.Config.from_json(config_json_text),
+            static_shapes=False,
+            ignore_warnings=[helion.exc.TensorOperationInWrapper],
+        )
     )
 
 

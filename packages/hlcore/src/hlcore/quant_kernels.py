@@ -40,6 +40,7 @@ from hlcore.aux_configs import (
     pick_per_token_group_fp8_quant_config,
     pick_per_token_int8_quant_config,
 )
+from hlcore.helion_compat import local_kernel
 from hlcore.quant import (
     FP8_DTYPE,
     FP8_MAX,
@@ -150,11 +151,13 @@ def _kernel_for(name: str, config_json_text: str, variant: object = None):
     interpret modes. ``variant`` separates calls that Helion 1.5.0's dynamic-shape cache key would
     merge (a None argument vs a tensor; the scale layout)."""
     del variant  # part of the cache key only
-    return helion.kernel(
-        _BODIES[name],
-        config=helion.Config.from_json(config_json_text),
-        static_shapes=False,
-        ignore_warnings=[helion.exc.TensorOperationInWrapper],
+    return local_kernel(
+        helion.kernel(
+            _BODIES[name],
+            config=helion.Config.from_json(config_json_text),
+            static_shapes=False,
+            ignore_warnings=[helion.exc.TensorOperationInWrapper],
+        )
     )
 
 

@@ -60,6 +60,7 @@ import torch
 from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
 from hlcore.aux_configs import config_json
+from hlcore.helion_compat import local_kernel
 
 FP8_DTYPE = torch.float8_e4m3fn
 _HELION_REF_MODE = int(
@@ -169,18 +170,22 @@ def _kernel_for(config_text: str):
     missing = {k: v for k, v in USER_TUNABLE_DEFAULTS.items() if k not in config}
     if missing:
         config = helion.Config(**{**dict(config), **missing})
-    return helion.kernel(
-        _scaled_mm_body,
-        config=config,
-        static_shapes=False,
-        ignore_warnings=[helion.exc.TensorOperationInWrapper],
+    return local_kernel(
+        helion.kernel(
+            _scaled_mm_body,
+            config=config,
+            static_shapes=False,
+            ignore_warnings=[helion.exc.TensorOperationInWrapper],
+        )
     )
 
 
 def scaled_mm_kernel():
     """The bare Helion kernel (no config), for autotuning: ``kernel.autotune(args)``."""
-    return helion.kernel(
-        _scaled_mm_body, static_shapes=False, ignore_warnings=[helion.exc.TensorOperationInWrapper]
+    return local_kernel(
+        helion.kernel(
+            _scaled_mm_body, static_shapes=False, ignore_warnings=[helion.exc.TensorOperationInWrapper]
+        )
     )
 
 

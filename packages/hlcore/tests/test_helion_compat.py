@@ -1,0 +1,41 @@
+"""hlcore's Helion kernels in a process where torch.distributed is initialized (as in every vLLM
+worker): Helion 1.5.0 on torch 2.11 would compile them as symmetric-memory kernels (a warning, and
+on the CPU an AssertionError); hlcore.helion_compat.local_kernel keeps them ordinary."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, warnings
+    import torch, torch.distributed as dist
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = os.environ["HL_TEST_PORT"]
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from hlcore import scaled_mm as sm
+    from hlcore.activation import silu_and_mul, silu_and_mul_ref
+    from hlcore.testing import rel_error, tolerance
+    d = sm.generate_scaled_mm_inputs(3, 64, 256, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = sm.scaled_mm(**d)
+        x = torch.randn(3, 128, dtype=torch.bfloat16)
+        act = silu_and_mul(x)
+    assert rel_error(out, sm.scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
+    assert rel_error(act, silu_and_mul_ref(x)) <= 1e-2
+    names = [type(w.message).__name__ + str(w.message) for w in caught]
+    assert not any("ProcessGroupName" in n or "max_num_sm_multipler" in n for n in names), names
+    print("LOCAL-KERNELS-OK")
+    """
+)
+
+
+def test_kernels_stay_local_with_torch_distributed_initialized():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "HL_TEST_PORT": str(29500 + os.getpid() % 1000)}
+    env.pop("HELION_INTERPRET", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert "LOCAL-KERNELS-OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
