@@ -13,6 +13,14 @@ no other Helion kernel changes) and makes ``is_symm_mem_tensor`` answer False in
 when no process group name is known (the case Helion then reaches for such a kernel; it only
 replaces an ``AssertionError``). Both hooks are checked for presence, so another Helion version
 without them is left alone.
+
+A second Helion 1.5.0 bug blocks TMA (``indexing="tensor_descriptor"``) for our GEMM: when a kernel
+with tensor descriptors and a symbolic block size (our K chunk, ``next_power_of_2(cdiv(K, split_k))``)
+is bound, ``_specialize_extra`` -> ``descriptor_extent_cap`` resolves block sizes outside the host
+function context, and ``CompileEnvironment.get_block_id`` raises ``NoCurrentFunction`` (every TMA
+config failed this way on the H200). :func:`local_kernel` also makes ``get_block_id`` answer None
+("not a registered block size") in that situation: the extent cap then ignores the symbolic K chunk,
+which no descriptor uses as its block shape.
 """
 
 from __future__ import annotations
@@ -47,9 +55,32 @@ def _patch_is_symm_mem_tensor() -> None:
     du.is_symm_mem_tensor = is_symm_mem_tensor
 
 
+@functools.cache
+def _patch_get_block_id() -> None:
+    try:
+        from helion._compiler.compile_environment import CompileEnvironment
+        from helion._compiler.host_function import NoCurrentFunction
+    except ImportError:
+        return
+    original = getattr(CompileEnvironment, "get_block_id", None)
+    if original is None or getattr(original, "_hl_local", False):
+        return
+
+    def get_block_id(self, size):
+        try:
+            return original(self, size)
+        except NoCurrentFunction:  # outside the host function (descriptor_extent_cap): not a block size
+            return None
+
+    get_block_id._hl_local = True
+    CompileEnvironment.get_block_id = get_block_id
+
+
 def local_kernel(kernel):
-    """Return ``kernel`` (a ``helion.Kernel``) marked as never distributed (see module docstring)."""
+    """Return ``kernel`` (a ``helion.Kernel``) marked as never distributed, with the TMA block-size
+    fix installed (see module docstring)."""
     if hasattr(kernel, "_compute_is_distributed"):
         kernel._compute_is_distributed = _never_distributed
         _patch_is_symm_mem_tensor()
+    _patch_get_block_id()
     return kernel
