@@ -77,6 +77,25 @@ def model_dir(layers: int, quant: str = "fp8-dynamic") -> str:
     return d
 
 
+def aux_layer_classes(model) -> dict[str, str]:
+    """Class and forward of each norm / activation / activation-quant layer kind (which implementation
+    the engine built: vLLM's or hlvllm's register_oot subclass)."""
+    out = {}
+    for _, mod in model.named_modules():
+        name = type(mod).__name__
+        if any(t in name for t in ("RMSNorm", "SiluAndMul", "QuantFP8")):
+            fwd = getattr(mod, "_forward_method", None)
+            out[name] = getattr(fwd, "__qualname__", str(fwd))
+    for _, mod in model.named_modules():  # QuantFP8 instances held by linear kernels
+        for owner in (getattr(mod, "scheme", None), getattr(mod, "quant_method", None)):
+            kernel = getattr(owner, "fp8_linear", None) or getattr(owner, "kernel", None)
+            q = getattr(kernel, "quant_fp8", None)
+            if q is not None:
+                fwd = getattr(q, "_forward_method", None)
+                out["kernel." + type(q).__name__] = getattr(fwd, "__qualname__", str(fwd))
+    return out
+
+
 def run(args) -> int:
     plugin_on = args.plugin == "on"
     if plugin_on:
@@ -84,6 +103,8 @@ def run(args) -> int:
     else:
         os.environ["VLLM_PLUGINS"] = ""
         os.environ.pop("HL_LINEAR_BACKEND", None)
+    if args.aux_kernels is not None:  # e.g. none: the GEMM plugin without the auxiliary kernels
+        os.environ["HL_AUX_KERNELS"] = args.aux_kernels
     if args.disable_kernels:  # e.g. CutlassFP8ScaledMMLinearKernel: a control with another vLLM kernel
         os.environ["VLLM_DISABLED_KERNELS"] = args.disable_kernels
     import torch
@@ -105,6 +126,7 @@ def run(args) -> int:
     startup_s = time.perf_counter() - t0
     nfilled = llm.apply_model(fill_weights)[0]
     kernels = llm.apply_model(linear_kernels)[0]
+    aux_layers = llm.apply_model(aux_layer_classes)[0]
     print(f"engine ready in {startup_s:.1f} s; filled {nfilled} parameters; kernels {kernels}", flush=True)
 
     g = torch.Generator().manual_seed(1234)
@@ -144,8 +166,12 @@ def run(args) -> int:
             "ms_per_step": 1e3 * dt / 256,
             "samples_s": samples,
         }
-    dispatch, captured = {}, {}
+    dispatch, captured, aux_captured = {}, {}, {}
     if plugin_on:
+        from hlvllm.aux_ops import AUX_CAPTURE_COUNTS
+
+        for (op, route, m, hidden), c in sorted(AUX_CAPTURE_COUNTS.items()):
+            aux_captured.setdefault(op, {}).setdefault(route, []).append([m, hidden, c])
         from hlvllm.dispatch import CAPTURE_COUNTS, DISPATCH_COUNTS
 
         for (route, m, n, k), c in sorted(DISPATCH_COUNTS.items()):
@@ -164,6 +190,8 @@ def run(args) -> int:
         "kernels": kernels,
         "dispatch": dispatch,
         "captured": captured,
+        "aux_layers": aux_layers,
+        "aux_captured": aux_captured,
         "logprobs": logprobs,
         "throughput": throughput,
     }
@@ -175,6 +203,12 @@ def run(args) -> int:
             print(f"dispatch {route}: M = {sorted(int(m) for m in ms)}")
         for route, ms in captured.items():
             print(f"captured into CUDA graphs, {route}: M = {sorted(int(m) for m in ms)}")
+        print(f"aux layer classes: {aux_layers}")
+        for op, routes in aux_captured.items():
+            print(
+                f"aux {op} captured: "
+                + "; ".join(f"{r} at M = {sorted({v[0] for v in vs})}" for r, vs in routes.items())
+            )
     return 0
 
 
@@ -253,6 +287,7 @@ def main() -> int:
     r.add_argument("--quant", choices=sorted(QUANT), default="fp8-dynamic")
     r.add_argument("--out", required=True)
     r.add_argument("--disable-kernels", default="", help="VLLM_DISABLED_KERNELS for this run (control runs)")
+    r.add_argument("--aux-kernels", default=None, help="HL_AUX_KERNELS for this run (e.g. none)")
     c = sub.add_parser("compare")
     c.add_argument("on")
     c.add_argument("off")
