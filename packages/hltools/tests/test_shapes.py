@@ -6,7 +6,7 @@ import pytest
 
 from hltools.shapes import LinearShape, linear_shapes, list_models, load_model_config
 
-# (qkv, o, gate_up, down) as (N, K), worked out by hand from design.md §7 (head_dim 128):
+# (qkv, o, gate_up, down) as (N, K), worked out by hand from the models' config.json (head_dim 128):
 # qkv ((q + 2 kv) 128, hidden), o (hidden, q 128), gate_up (2 intermediate, hidden), down (hidden, intermediate)
 EXPECTED = {
     "qwen3-1.7b": [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144)],

@@ -1,4 +1,4 @@
-"""Tuned-config files: ``<config dir>/<kernel>/<gpu>.json`` (design.md §4), read, validated, merged, written.
+"""Tuned-config files: ``<config dir>/<kernel>/<gpu>.json`` (the project spec, docs/tuning.md), read, validated, merged, written.
 
 File format (the shape of vLLM's own Helion config files, plus one metadata entry)::
 

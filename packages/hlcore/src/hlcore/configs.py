@@ -1,4 +1,4 @@
-"""Where the tuned kernel configs live: ``<config dir>/<kernel>/<gpu>.json`` (design.md §4).
+"""Where the tuned kernel configs live: ``<config dir>/<kernel>/<gpu>.json`` (docs/tuning.md).
 
 :func:`config_dir` answers, in this order:
 

@@ -1,6 +1,6 @@
 """``hltools autotune``: tune the scaled GEMM for every (format, N, K, M) a model dispatches.
 
-Keys (design.md §4): every linear (N, K) of the model (:func:`hltools.shapes.linear_shapes`, for each
+Keys (docs/tuning.md): every linear (N, K) of the model (:func:`hltools.shapes.linear_shapes`, for each
 tensor-parallel size: N/tp column-parallel, K/tp row-parallel) x num_tokens M (the CUDA-graph decode
 sizes 1, 2, 4, 8, 16, 24, 32; with ``HL_MAX_HELION_SIZE`` above 32 also vLLM's larger capture sizes
 up to it: 40, 48, ...) x format. Duplicates (the same shape from two layers or TP sizes) are tuned once.

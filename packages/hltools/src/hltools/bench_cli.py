@@ -142,7 +142,7 @@ def kernels(
     ] = 1,
     num_tokens: Annotated[str, typer.Option(help="Comma-separated M values.")] = DEFAULT_NUM_TOKENS,
     output: Annotated[
-        Path, typer.Option(help="Directory for kernels.{json,csv,md} and kernels-<format>.png.")
+        Path, typer.Option(help="Directory for `kernels.{json,csv,md}` and `kernels-<format>.png`.")
     ] = DEFAULT_OUTPUT,
     out_dtype: Annotated[OutDtype, typer.Option(help="Output dtype.")] = OutDtype.bf16,
     layer: Annotated[
@@ -181,7 +181,7 @@ def kernels(
     Each time is the median per-call device time of CUDA-graph replays rotating over weight copies
     larger than 4 x L2 (`hltools.timing`); GB/s and % of the measured copy bandwidth count the fewest
     bytes a call moves. Writes kernels.json / kernels.csv (one row per provider and point, with GPU,
-    versions and commit), kernels.md (tables, geomean per format) and kernels-<format>.png (speedup
+    versions and commit), kernels.md (tables, geomean per format) and `kernels-<format>.png` (speedup
     distribution). Needs a CUDA GPU (exit 2 without one, except --list). Exits 1 if a Helion
     point failed (and prints a command that reruns it).
     """
@@ -384,7 +384,7 @@ def e2e(
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")] = 0.6,
     seed: Annotated[int, typer.Option(help="Seed of the prompts and the engine.")] = 0,
     output: Annotated[
-        Path, typer.Option(help="Directory for e2e-<model>-<format>.{json,csv,md,png}.")
+        Path, typer.Option(help="Directory for `e2e-<model>-<format>.{json,csv,md,png}`.")
     ] = DEFAULT_OUTPUT,
     timeout: Annotated[
         float | None, typer.Option(help="Seconds after which one engine run is killed (default: none).")
@@ -398,7 +398,7 @@ def e2e(
     and warm compile caches.
 
     Each engine runs in its own process (`python -m hltools.e2e worker`), max_num_seqs 32, prefix
-    caching off, fixed input/output lengths, greedy. Writes e2e-<model>-<format>.{json,csv,md} and
+    caching off, fixed input/output lengths, greedy. Writes `e2e-<model>-<format>.{json,csv,md}` and
     a PNG of the speedup vs concurrency. Needs a CUDA GPU (exit 2 without one, except --dry-run).
     Exits 1 if an engine run failed (its log is kept under the output directory).
     """

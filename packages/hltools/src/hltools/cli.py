@@ -404,7 +404,7 @@ def autotune(
     output: Annotated[
         Path | None,
         typer.Option(
-            help="Config directory written as <output>/scaled_mm/<gpu>.json; default $HL_CONFIG_DIR, else "
+            help="Config directory written as `<output>/scaled_mm/<gpu>.json`; default $HL_CONFIG_DIR, else "
             "./hl-configs (use `--output configs` in a checkout to update the shipped configs)."
         ),
     ] = None,

@@ -15,7 +15,7 @@ ones. For qkv this follows vLLM's ``QKVParallelLinear``: each rank holds ``q / t
 ``(q + 2 kv) d / tp`` whenever ``tp <= kv``.
 
 The embedded configs (``hltools/models/*.json``, architecture fields only) cover the models of
-design.md §7; any other model works from a path to its ``config.json``.
+the project spec (Qwen3 1.7B-32B, Llama-3.1-8B); any other model works from a path to its ``config.json``.
 """
 
 from __future__ import annotations
