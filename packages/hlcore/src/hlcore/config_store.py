@@ -339,16 +339,20 @@ def find_configs(kernel: str, gpu: str, root: str | os.PathLike | None = None) -
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
-def write_json_atomic(path: str | os.PathLike, data: object) -> None:
-    """Write ``data`` as JSON (sorted keys, indent 2, trailing newline) to a temporary file beside
-    ``path``, then ``os.replace`` it into place; on any error the temporary file is removed and
-    ``path`` is left as it was."""
+def write_json_atomic(path: str | os.PathLike, data: object, *, allow_nan: bool = False) -> None:
+    """Write ``data`` as JSON (sorted keys, indent 2, trailing newline) with :func:`write_text_atomic`;
+    NaN/inf raise ``ValueError`` unless ``allow_nan``."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=allow_nan) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (no newline translation) to a temporary file beside ``path``, then ``os.replace``
+    it into place; on any error the temporary file is removed and ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

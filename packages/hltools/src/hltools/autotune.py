@@ -26,7 +26,6 @@ This module imports torch, helion and vLLM only inside the GPU functions.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -35,7 +34,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +50,7 @@ from hlcore.config_store import (
     scaled_mm_key,
 )
 from hlcore.scaled_mm_config import check_scaled_mm_config
+from hltools.provenance import versions
 from hltools.shapes import linear_shapes
 
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
@@ -301,14 +300,6 @@ def _tune_one(key: TuneKey, tune: Tuner, check: Checker, options: TuneOptions) -
 # --------------------------------------------------------------------------------------------
 # Provenance
 # --------------------------------------------------------------------------------------------
-def versions() -> dict[str, str]:
-    out = {}
-    for dist in ("torch", "triton", "helion", "vllm", "hlcore", "hltools"):
-        with contextlib.suppress(importlib_metadata.PackageNotFoundError):
-            out[dist] = importlib_metadata.version(dist)
-    return out
-
-
 def provenance(gpu_name: str, *, command: str, seed: int, effort: str, model: str) -> dict[str, Any]:
     """The ``_metadata`` of a tuned file: canonical and raw GPU name, versions, command, seed, date."""
     v = versions()

@@ -35,26 +35,23 @@ This module imports torch; helion, triton and vLLM only inside functions.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import functools
 import json
 import math
-import os
 import statistics
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hlcore.config_store import write_text_atomic
 from hltools import providers
+from hltools.provenance import git_commit, versions
 from hltools.shapes import linear_shapes
 
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
@@ -153,33 +150,13 @@ FIELDS = [f.name for f in dataclasses.fields(BenchResult)]
 # --------------------------------------------------------------------------------------------
 # Provenance
 # --------------------------------------------------------------------------------------------
-def versions() -> dict[str, str]:
-    """Installed versions of torch, triton, helion and vLLM (missing ones left out)."""
-    out = {}
-    for dist in VERSION_DISTS:
-        with contextlib.suppress(importlib_metadata.PackageNotFoundError):
-            out[dist] = importlib_metadata.version(dist)
-    return out
-
-
-def git_commit() -> str:
-    """HEAD of the checkout this package runs from ("" for an installed wheel or without git)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
-
-
 def provenance(gpu: str) -> dict[str, str]:
     """The fields every result of one run shares: GPU, versions, commit, date (UTC)."""
     v = versions()
     return {
         "gpu": gpu,
         **{d: v.get(d, "") for d in VERSION_DISTS},
-        "commit": git_commit(),
+        "commit": git_commit() or "",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -702,17 +679,9 @@ def geomean_by_format(results: Iterable[BenchResult], baseline: str = "vllm") ->
 # --------------------------------------------------------------------------------------------
 # Files
 # --------------------------------------------------------------------------------------------
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_json(path: Path, payload: Mapping[str, Any]) -> None:
     """Atomic JSON write: sorted keys, indent 2, trailing newline (NaN written as null)."""
-    _atomic_write(Path(path), json.dumps(_nan_to_none(payload), indent=2, sort_keys=True) + "\n")
+    write_text_atomic(Path(path), json.dumps(_nan_to_none(payload), indent=2, sort_keys=True) + "\n")
 
 
 def _nan_to_none(x: Any) -> Any:
@@ -734,7 +703,7 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fields: Sequence[st
     w.writeheader()
     for r in rows:
         w.writerow({k: ("" if _nan_to_none(v) is None else v) for k, v in r.items()})
-    _atomic_write(Path(path), buf.getvalue())
+    write_text_atomic(Path(path), buf.getvalue())
 
 
 def write_results(
@@ -753,7 +722,7 @@ def write_results(
     paths = {"json": output / RESULTS_JSON, "csv": output / RESULTS_CSV, "md": output / SUMMARY_MD}
     write_json(paths["json"], payload)
     write_csv(paths["csv"], [r.to_dict() for r in results], FIELDS)
-    _atomic_write(paths["md"], summary_markdown(results, metadata))
+    write_text_atomic(paths["md"], summary_markdown(results, metadata))
     return paths
 
 

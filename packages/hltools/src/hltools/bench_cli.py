@@ -457,7 +457,7 @@ def e2e(
         plugins=_names(plugins),
         rounds=rounds,
         timeout=timeout,
-        metadata={"command": _command(), "commit": bench.git_commit()},
+        metadata={"command": _command(), "commit": bench.git_commit() or ""},
         on_run=on_run,
     )
     summary, meta = report.files["summary"], report.files["metadata"]

@@ -7,18 +7,13 @@ Heavy imports (torch, helion, vLLM) happen inside the commands, so ``--help`` is
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import shlex
 import statistics
-import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime
 from enum import StrEnum
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +21,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hlcore.config_store import write_json_atomic
 from hltools.bench_cli import bench_app
+from hltools.provenance import git_commit, versions
 from hltools.shapes import linear_shapes, list_models, load_model_config
 
 app = typer.Typer(
@@ -138,35 +135,6 @@ def _table(rows, provider: str | None, fmt: str = "fp8_dynamic") -> Table:
     return table
 
 
-def _write_json(path: Path, payload: dict) -> None:
-    """Atomic write (temp file + rename): sorted keys, indent 2, trailing newline."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True, allow_nan=True)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for dist in ("torch", "helion", "triton", "vllm", "hlcore", "hltools"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[dist] = metadata.version(dist)
-    return out
-
-
-def _git_commit() -> str | None:
-    """HEAD of the checkout this package runs from, if it is one (None for an installed wheel)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
 @app.command()
 def validate(
     model: Annotated[
@@ -249,10 +217,10 @@ def validate(
         "formats": fmts,
         "num_tokens": tokens,
         "seed": seed,
-        "versions": _versions(),
+        "versions": versions(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(["hltools", *sys.argv[1:]]),
-        "commit": _git_commit(),
+        "commit": git_commit(),
     }
     fallbacks: dict = {}  # format -> hltools.providers.ScaledMMProvider
     bandwidth = None
@@ -335,7 +303,9 @@ def validate(
         if r.note:
             console.print(f"note {r.layer} M={r.m}: {r.note}", markup=False, highlight=False)
     if output is not None:
-        _write_json(output, {"metadata": metadata_, "rows": [r.to_dict() for r in rows]})
+        write_json_atomic(
+            output, {"metadata": metadata_, "rows": [r.to_dict() for r in rows]}, allow_nan=True
+        )
         console.print(f"wrote {output}")
     if failed:
         console.print("repro commands for the failing rows:", style="bold")
@@ -491,7 +461,7 @@ def autotune(
         parts += ["--budget-minutes", f"{budget_minutes:g}"]
     command = shlex.join(parts)  # without --force: a rerun resumes
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
-    meta["commit"] = _git_commit()
+    meta["commit"] = git_commit()
     at.apply_benchmark_env()
     console.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
 

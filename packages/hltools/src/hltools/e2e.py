@@ -591,7 +591,7 @@ def worker_main(args: argparse.Namespace) -> int:
     import torch
     from vllm import LLM, SamplingParams
 
-    from hltools.bench import versions
+    from hltools.provenance import versions
 
     options = E2EOptions(
         concurrency=tuple(int(c) for c in args.concurrency.split(",")),
