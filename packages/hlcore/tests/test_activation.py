@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from hlcore.activation import generate_silu_and_mul_inputs, silu_and_mul, silu_and_mul_ref
+from hlcore.testing import AUX_CASES, aux_case_ids
 
 HELION_MODE = os.environ.get("HELION_INTERPRET") == "1"
 CUDA = torch.cuda.is_available() and os.environ.get("HL_TEST_GPU") == "1"
@@ -21,17 +22,7 @@ DEVICE = "cuda" if CUDA else "cpu"
 RTOL = {torch.bfloat16: 2.0**-6, torch.float16: 2.0**-9}
 
 # d = intermediate/tp sizes are large in real models; here d runs over the hidden sizes of the issue
-CASES = [
-    (1024, 33, torch.bfloat16, False),
-    (2048, 2, torch.float16, True),
-    (2560, 3, torch.bfloat16, False),
-    (4096, 1, torch.float16, True),
-    (5120, 2, torch.bfloat16, True),
-    (7168, 1, torch.float16, False),
-    (8192, 3, torch.bfloat16, True),
-    (1000, 32, torch.float16, True),
-]
-IDS = [f"d{d}-M{m}-{str(dt)[6:]}-{'strided' if s else 'contig'}" for d, m, dt, s in CASES]
+CASES, IDS = AUX_CASES, aux_case_ids("d")
 
 
 def assert_matches(out, ref, what):

@@ -25,6 +25,7 @@ from hlcore.quant_kernels import (
     per_token_int8_quant,
     per_token_int8_quant_ref,
 )
+from hlcore.testing import AUX_CASES, aux_case_ids
 
 HELION_MODE = os.environ.get("HELION_INTERPRET") == "1"
 CUDA = torch.cuda.is_available() and os.environ.get("HL_TEST_GPU") == "1"
@@ -32,20 +33,9 @@ DEVICE = "cuda" if CUDA else "cpu"
 FP8 = torch.float8_e4m3fn
 FP8_EXACT = HELION_MODE or CUDA
 
-# One case per hidden size; dtype and row stride alternate. num_tokens 32/33 only with the 1024 and
-# the odd hidden size (Triton's interpreter runs one program per row: 33 rows of 5120 take ~10 s).
-CASES = [
-    (1024, 33, torch.bfloat16, False),
-    (2048, 2, torch.float16, True),
-    (2560, 3, torch.bfloat16, False),
-    (4096, 1, torch.float16, True),
-    (5120, 2, torch.bfloat16, True),
-    (7168, 1, torch.float16, False),
-    (8192, 3, torch.bfloat16, True),
-    (1000, 32, torch.float16, True),
-]
+CASES = AUX_CASES  # one per hidden size (see hlcore.testing)
 DTYPES = [torch.bfloat16, torch.float16]
-IDS = [f"H{h}-M{m}-{str(dt)[6:]}-{'strided' if s else 'contig'}" for h, m, dt, s in CASES]
+IDS = aux_case_ids("H")
 
 
 def _fp8_ulp(t: torch.Tensor) -> torch.Tensor:

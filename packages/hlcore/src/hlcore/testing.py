@@ -30,6 +30,26 @@ TOLERANCES: dict[tuple[str, torch.dtype], float] = {
 }
 
 
+# Auxiliary-kernel test cases (hidden size, num_tokens, dtype, strided rows): one per hidden size of the
+# model zoo plus an odd one; num_tokens 32/33 only with small hidden sizes (Triton's interpreter runs
+# one program per row: 33 rows of 5120 take ~10 s); dtype and row stride alternate.
+AUX_CASES = [
+    (1024, 33, torch.bfloat16, False),
+    (2048, 2, torch.float16, True),
+    (2560, 3, torch.bfloat16, False),
+    (4096, 1, torch.float16, True),
+    (5120, 2, torch.bfloat16, True),
+    (7168, 1, torch.float16, False),
+    (8192, 3, torch.bfloat16, True),
+    (1000, 32, torch.float16, True),
+]
+
+
+def aux_case_ids(prefix: str) -> list[str]:
+    """pytest ids for :data:`AUX_CASES`, e.g. ``H1024-M33-bfloat16-contig`` for ``prefix="H"``."""
+    return [f"{prefix}{h}-M{m}-{str(dt)[6:]}-{'strided' if s else 'contig'}" for h, m, dt, s in AUX_CASES]
+
+
 def tolerance(fmt: str, out_dtype: torch.dtype) -> float:
     """The relative Frobenius tolerance for ``fmt`` (e.g. ``"fp8_dynamic"``) at ``out_dtype``."""
     try:
