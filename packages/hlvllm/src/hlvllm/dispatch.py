@@ -30,7 +30,7 @@ DISPATCH_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 CAPTURE_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 _warmed: set[tuple[str, int, int, int]] = set()
 _broken: dict[tuple[str, int, int], str] = {}
-_marked: set[tuple[str, int, int, int]] = set()  # keys logged as marked "fallback" in the config file
+_fallback_marks: dict[tuple[str, int, int, int], bool] = {}  # (fmt, M, N, K) -> marked "fallback"
 _max_m_limit: int | None = None  # min(max_helion_size, max CUDA-graph capture size), set by kernels
 
 
@@ -53,18 +53,21 @@ def _capturing() -> bool:
 def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
     """Whether the config file marks this key as slower than vLLM's kernel (``"fallback": true``).
 
-    Scaled-GEMM formats only; memoised by the picker; a picker error counts as "no" (the Helion call
+    Scaled-GEMM formats only; memoised per key (:func:`reset` forgets); a picker error counts as "no" (the Helion call
     itself then fails over with its own warning)."""
     if fmt not in ("fp8_dynamic", "w8a8_int8", "block_fp8"):
         return False
+    key = (fmt, m, n, k)
+    if key in _fallback_marks:  # eager calls at small M come here every step: no GPU-name/file lookups
+        return _fallback_marks[key]
     try:
         from hlcore.scaled_mm_config import pick_scaled_mm_config
 
         pick = pick_scaled_mm_config(fmt, m, n, k)
     except Exception:  # noqa: BLE001
         return False
-    if pick.fallback and (fmt, m, n, k) not in _marked:
-        _marked.add((fmt, m, n, k))
+    _fallback_marks[key] = pick.fallback
+    if pick.fallback:
         logger.info(
             "hlvllm: %s M=%d N=%d K=%d uses vLLM's kernel: the tuned key %s in %s is marked as slower",
             fmt,
@@ -137,4 +140,4 @@ def reset() -> None:
     CAPTURE_COUNTS.clear()
     _warmed.clear()
     _broken.clear()
-    _marked.clear()
+    _fallback_marks.clear()
