@@ -372,7 +372,9 @@ def scaled_mm(
 
         config = pick_scaled_mm_config(fmt, m, n, k, device=a.device).config_json
     kernel = _kernel_for(config_json(config, "scaled_mm"))
-    return kernel(*kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size))
+    cfg = kernel.configs[0]
+    uses_workspace = bool(cfg.get("split_k_workspace")) and cfg.get("split_k", 1) > 1
+    return kernel(*kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size, workspace=uses_workspace))
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,6 +414,12 @@ def split_k_workspace(m: int, n: int, device: torch.device) -> tuple[torch.Tenso
     return ws
 
 
+@functools.cache
+def _placeholder(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unused workspace/tickets arguments (every dim >= 2, see :func:`_new_workspace`)."""
+    return _new_workspace(2, 2, device)
+
+
 def kernel_args(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -420,11 +428,14 @@ def kernel_args(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
     block_size: tuple[int, int] | None = None,
+    *,
+    workspace: bool = True,
 ) -> tuple:
     """The Helion kernel's arguments for checked :func:`scaled_mm` inputs (also what
-    ``scaled_mm_kernel().autotune(...)`` takes)."""
+    ``scaled_mm_kernel().autotune(...)`` takes). ``workspace=False`` (a config without
+    ``split_k_workspace``) passes a 2x2 placeholder instead of the ``[64, N]`` split-K workspace."""
     m, n = a.shape[0], b.shape[1]
-    workspace, tickets = split_k_workspace(m, n, a.device)
+    workspace, tickets = split_k_workspace(m, n, a.device) if workspace else _placeholder(a.device)
     if block_size is not None:
         return (a, b.t(), scale_a, scale_b, bias, workspace, tickets, out_dtype, BLOCK_SIZE[1])
     return (a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, workspace, tickets, out_dtype, 0)
