@@ -51,6 +51,7 @@ the kernel reads it through ``B.t()`` (a view), so no copy happens per call.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from typing import Any
 
@@ -371,10 +372,10 @@ def scaled_mm(
         from hlcore.scaled_mm_config import pick_scaled_mm_config
 
         config = pick_scaled_mm_config(fmt, m, n, k, device=a.device).config_json
-    kernel = _kernel_for(config_json(config, "scaled_mm"))
-    cfg = kernel.configs[0]
-    uses_workspace = bool(cfg.get("split_k_workspace")) and cfg.get("split_k", 1) > 1
-    return kernel(*kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size, workspace=uses_workspace))
+    text = config_json(config, "scaled_mm")
+    kernel = _kernel_for(text)
+    args = kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size, workspace=_uses_workspace(text))
+    return kernel(*args)
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,6 +413,12 @@ def split_k_workspace(m: int, n: int, device: torch.device) -> tuple[torch.Tenso
         if not torch.cuda.is_current_stream_capturing():
             _workspaces[key] = ws
     return ws
+
+
+@functools.cache
+def _uses_workspace(config_text: str) -> bool:
+    cfg = json.loads(config_text)
+    return bool(cfg.get("split_k_workspace")) and cfg.get("split_k", 1) > 1
 
 
 @functools.cache
