@@ -121,11 +121,21 @@ def _compile_job(job):
         return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
+def default_variants(m: int, n: int, k: int) -> dict[str, dict]:
+    """The heuristic default for M and its TMA / workspace-split-K variants (same tiles)."""
+    from hlcore.scaled_mm_config import default_scaled_mm_config
+
+    base = default_scaled_mm_config(m, n, k)
+    out = {f"default_m{m}": base, f"default_tma_m{m}": {**base, "indexing": "tensor_descriptor"}}
+    if base["split_k"] > 1:
+        out[f"default_ws_m{m}"] = {**base, "split_k_workspace": True}
+    return out
+
+
 def main() -> int:
     import torch
 
     from hlcore.scaled_mm import scaled_mm, scaled_mm_ref
-    from hlcore.scaled_mm_config import default_scaled_mm_config
     from hlcore.testing import rel_error, tolerance
     from hltools.providers import vllm_default
     from hltools.timing import copies_for, copy_bandwidth_gbs, scaled_mm_bytes, time_graph
@@ -135,7 +145,7 @@ def main() -> int:
     for fmt in FORMATS:
         for n, k in SHAPES:
             cfgs = list(candidates(fmt).values())
-            cfgs += [default_scaled_mm_config(m, n, k) for m in MS]
+            cfgs += [cfg for m in MS for cfg in default_variants(m, n, k).values()]
             seen = set()
             for cfg in cfgs:
                 key = json.dumps(cfg, sort_keys=True)
@@ -174,7 +184,7 @@ def main() -> int:
             bsz = d["block_size"]
             named = dict(candidates(fmt))
             for m in MS:
-                named[f"default_m{m}"] = default_scaled_mm_config(m, n, k)
+                named.update(default_variants(m, n, k))
             for m in MS:
                 a, sa = d["a"][:m], d["scale_a"][:m]
                 ref = scaled_mm_ref(a, ws[0][0], sa, ws[0][1], torch.bfloat16, block_size=bsz)
@@ -188,7 +198,7 @@ def main() -> int:
                     print("  provider fail", provider, str(exc)[:200], flush=True)
                 timed = {}
                 for name, cfg in named.items():
-                    if name.startswith("default_m") and name != f"default_m{m}":
+                    if name.startswith("default_") and not name.endswith(f"_m{m}"):
                         continue
                     if json.dumps([fmt, n, k, cfg], sort_keys=True) in compile_errors:
                         continue
@@ -236,6 +246,8 @@ def main() -> int:
                     "provider": provider,
                     "provider_us": v_us,
                     "default_us": timed.get(f"default_m{m}"),
+                    "default_tma_us": timed.get(f"default_tma_m{m}"),
+                    "default_ws_us": timed.get(f"default_ws_m{m}"),
                     "best": best,
                     "best_us": timed[best],
                     "best_pct_bw": pct,
@@ -247,7 +259,18 @@ def main() -> int:
                     json.dumps(
                         {
                             kk: row[kk]
-                            for kk in ("fmt", "n", "k", "m", "provider_us", "default_us", "best", "best_us")
+                            for kk in (
+                                "fmt",
+                                "n",
+                                "k",
+                                "m",
+                                "provider_us",
+                                "default_us",
+                                "default_tma_us",
+                                "default_ws_us",
+                                "best",
+                                "best_us",
+                            )
                         }
                     ),
                     flush=True,
