@@ -120,7 +120,7 @@ def run(args) -> int:
         dtype="bfloat16",
         max_model_len=1024,
         max_num_seqs=64,
-        gpu_memory_utilization=0.45,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         seed=0,
     )
     startup_s = time.perf_counter() - t0
@@ -287,6 +287,12 @@ def main() -> int:
     r.add_argument("--quant", choices=sorted(QUANT), default="fp8-dynamic")
     r.add_argument("--out", required=True)
     r.add_argument("--disable-kernels", default="", help="VLLM_DISABLED_KERNELS for this run (control runs)")
+    r.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.45,
+        help="vLLM's; lower it to run several engines per GPU",
+    )
     r.add_argument("--aux-kernels", default=None, help="HL_AUX_KERNELS for this run (e.g. none)")
     c = sub.add_parser("compare")
     c.add_argument("on")

@@ -281,10 +281,15 @@ def kernels(
     with progress:
         task = progress.add_task("kernels", total=sum(len(s.ms) for s in shapes))
 
+        done: list = []  # rows so far, written after each shape (a killed run keeps them)
+
         def on_shape(s):
             progress.update(task, description=f"{s.model} {s.fmt} {s.layer} N={s.n} K={s.k}")
+            if done:
+                bench.write_results(output, done, {**metadata, "partial": True})
 
         def on_result(r):
+            done.append(r)
             if r.provider == "helion":
                 progress.advance(task)
             if r.note and not r.ok:
