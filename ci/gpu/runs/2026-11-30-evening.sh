@@ -27,8 +27,11 @@ B)
         run sweep env SWEEP_MS=1,8,32 SWEEP_JOBS=14 SWEEP_BUDGET_S=170 OUT="$OUT" \
             SWEEP_ONLY=s1_n64_k128_sw,s1_n32_k256_tma,s1_n64_k256_sw_tma,s4_n64_k128_sw_tma,s4_n128_k128_sw_tma,s2_n32_k256_tma,s4_n64_k128_sw_ws,s8_n64_k128_sw_ws,s16_n64_k128_sw_ws \
             python3 ci/gpu/sweep_scaled_mm.py
-        run kernels-8b python3 -m hltools bench kernels --model $MODEL8B --formats fp8_dynamic,w8a8_int8,block_fp8 \
-            --no-plots --jobs 14 --output "$OUT/kernels-8b"
+        run kernels python3 -m hltools bench kernels --model $MODEL8B,qwen3-1.7b --formats fp8_dynamic,w8a8_int8 \
+            --no-plots --jobs 14 --output "$OUT/kernels"
+        # block last: vLLM's default block kernel (DeepGEMM) JIT-compiles per shape; rows are saved per shape
+        run kernels-block python3 -m hltools bench kernels --model $MODEL8B,qwen3-1.7b --formats block_fp8 \
+            --no-plots --jobs 14 --output "$OUT/kernels-block"
     ) &
     (
         export CUDA_VISIBLE_DEVICES=1
