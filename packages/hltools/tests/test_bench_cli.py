@@ -87,9 +87,42 @@ def test_e2e_dry_run_prints_the_engine_runs(no_gpu, tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+def test_e2e_dry_run_tensor_parallel(no_gpu, tmp_path):
+    result = runner.invoke(
+        app,
+        ["bench", "e2e", "--model", "qwen3-8b", "--layers", "2", "--concurrency", "1,8", "--rounds", "1",
+         "--tensor-parallel-size", "2", "--output", str(tmp_path), "--dry-run"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
+    assert len(lines) == 2 and all("--tensor-parallel-size 2" in ln for ln in lines)
+    assert all(
+        "NCCL_NVLS_ENABLE=0" in ln
+        and "TORCH_SYMM_MEM_DISABLE_MULTICAST=1" in ln
+        and "NVSHMEM_DISABLE_NVLS=1" in ln
+        for ln in lines
+    )
+    assert "e2e-qwen3-8b-fp8_dynamic-tp2" in lines[0] and "TP 2" in _flat(result.output)
+    one = runner.invoke(app, ["bench", "e2e", "--rounds", "1", "--dry-run", "--output", str(tmp_path)])
+    assert (
+        one.exit_code == 0
+        and "NCCL_NVLS_ENABLE" not in one.output
+        and "--tensor-parallel-size 1" in one.output
+    )
+
+
+def test_e2e_tensor_parallel_needs_that_many_gpus(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench_cli, "_cuda_available", lambda: True)
+    monkeypatch.setattr(bench_cli, "_cuda_device_count", lambda: 1)
+    result = runner.invoke(app, ["bench", "e2e", "--tp", "2", "--output", str(tmp_path)])
+    assert result.exit_code == 2 and "needs 2 GPUs; 1 visible" in _flat(result.output), result.output
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["--tensor-parallel-size", "0"], "tensor_parallel_size must be a positive integer"),
+        (["--tensor-parallel-size", "two"], "--tensor-parallel-size"),
         (["--format", "nvfp4"], "unknown format"),
         (["--concurrency", "1,64"], "exceeds max_num_seqs"),
         (["--layers", "99"], "--layers must be in 1..36"),

@@ -75,6 +75,7 @@ def test_plan_commands_and_environments(tmp_path):
         "--max-num-seqs": "32",
         "--gpu-memory-utilization": "0.6",
         "--seed": "0",
+        "--tensor-parallel-size": "1",
         "--out": str(tmp_path / "o.json"),
     }
 
@@ -93,6 +94,53 @@ def test_plan_commands_and_environments(tmp_path):
     assert line == "A=1 B='' python -m x"
 
 
+def test_tensor_parallel_size_reaches_the_worker_and_the_engine(tmp_path):
+    opts = e2e.E2EOptions(concurrency=(1, 8), tensor_parallel_size=2)
+    cmd = e2e.worker_command("/py", tmp_path / "model", "on", opts, tmp_path / "o.json")
+    args = dict(zip(cmd[4::2], cmd[5::2], strict=True))
+    assert args["--tensor-parallel-size"] == "2"
+    seen = {}
+
+    def fake_main(ns):
+        seen["options"] = ns
+        return 0
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(e2e, "worker_main", fake_main):
+        assert e2e.main(cmd[3:]) == 0
+    assert seen["options"].tensor_parallel_size == 2
+    kw = e2e.llm_kwargs(tmp_path / "model", opts)
+    assert kw["tensor_parallel_size"] == 2 and kw["model"] == str(tmp_path / "model")
+    assert kw["load_format"] == "dummy" and kw["max_num_seqs"] == 32 and kw["enable_prefix_caching"] is False
+    assert e2e.llm_kwargs("m", e2e.E2EOptions())["tensor_parallel_size"] == 1
+    assert e2e.e2e_stem("Qwen/Qwen3-8B", "fp8_dynamic") == "e2e-qwen3-8b-fp8_dynamic"
+    assert e2e.e2e_stem("Qwen/Qwen3-8B", "fp8_dynamic", 2) == "e2e-qwen3-8b-fp8_dynamic-tp2"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_bad_tensor_parallel_size_is_rejected(bad):
+    with pytest.raises(ValueError, match="tensor_parallel_size must be a positive integer"):
+        e2e.E2EOptions(tensor_parallel_size=bad)
+
+
+def test_multicast_off_only_for_tensor_parallel(tmp_path):
+    one = e2e.worker_env("on", tmp_path, {"PATH": "/bin"})
+    assert not set(e2e.TP_ENV) & set(one)
+    two = e2e.worker_env("on", tmp_path, {"PATH": "/bin"}, tensor_parallel_size=2)
+    assert {k: two[k] for k in e2e.TP_ENV} == {
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+    }
+    assert two["HL_LINEAR_BACKEND"] == "helion" and two["PATH"] == "/bin"
+    user = e2e.worker_env("off", tmp_path, {"NCCL_NVLS_ENABLE": "1"}, tensor_parallel_size=4)
+    assert user["NCCL_NVLS_ENABLE"] == "1" and user["NVSHMEM_DISABLE_NVLS"] == "1"  # the user's value wins
+    env = {}
+    e2e.default_env(env, 2)
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
+
+
 def test_worker_cli_parses_and_sets_the_plugin_switch(monkeypatch):
     seen = {}
 
@@ -107,6 +155,7 @@ def test_worker_cli_parses_and_sets_the_plugin_switch(monkeypatch):
         == 0
     )
     assert seen["plugin"] == "off" and seen["concurrency"] == "1,2" and seen["output_len"] == 128
+    assert seen["tensor_parallel_size"] == 1
     env = {"VLLM_PLUGINS": "", "X": "1"}
     e2e.set_plugin(env, "on")
     assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion"}
@@ -168,6 +217,54 @@ def test_summarize():
     md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4, "gpu": "H200"}, s)
     assert "| 1 | 105 | 125 | 1.190 |" in md and "| cold caches | 60.0 | 70.0 | +10.0 |" in md
     assert "on-r0: 1/2" in md
+
+
+def _tp_run(plugin, rnd, kernels_by_rank, captured_by_rank):
+    run = _run(plugin, rnd, {1: 100.0}, 50.0)
+    run.update(
+        tensor_parallel_size=len(kernels_by_rank),
+        kernels=kernels_by_rank[0],
+        kernels_by_rank=kernels_by_rank,
+        captured=captured_by_rank[0] if captured_by_rank else {},
+        captured_by_rank=captured_by_rank,
+        filled=10,
+        filled_by_rank=[10] * len(kernels_by_rank),
+    )
+    return run
+
+
+def test_summarize_reports_helion_per_rank():
+    helion = {"qkv_proj": "HelionFP8ScaledMMLinearKernel", "o_proj": "HelionFP8ScaledMMLinearKernel"}
+    cutlass = {"qkv_proj": "CutlassFP8ScaledMMLinearKernel", "o_proj": "CutlassFP8ScaledMMLinearKernel"}
+    cap = {"helion": {"1": [[4096, 4096, 2]]}, "fallback": {"64": [[4096, 4096, 1]]}}
+    runs = [
+        _tp_run("off", 0, [cutlass, cutlass], []),
+        _tp_run("on", 0, [helion, helion], [cap, cap]),
+        _tp_run("on", 1, [helion, cutlass], [cap, {"fallback": cap["fallback"]}]),
+    ]
+    s = e2e.summarize(runs)
+    assert s["tensor_parallel_size"] == 2
+    assert s["helion_ranks"]["on-r0"] == {
+        "ranks": 2,
+        "kernels": 2,
+        "captured": 2,
+        "active": 2,
+        "inactive": {},
+    }
+    r1 = s["helion_ranks"]["on-r1"]
+    assert (r1["ranks"], r1["kernels"], r1["captured"], r1["active"]) == (2, 1, 1, 1)
+    assert r1["inactive"] == {"1": "no Helion kernel, no size captured with Helion"}
+    assert "off-r0" not in s["helion_ranks"] and s["rows"][0]["speedup"] == 1.0
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
+    assert md.startswith("# vLLM end to end: m fp8_dynamic, 4 layers, TP 2")
+    assert "on-r0: Helion active in 2/2 ranks;" in md
+    assert "on-r1: Helion active in 1/2 ranks (rank 1: no Helion kernel, no size captured with Helion)" in md
+    # results without per-rank records (older files): rank 0 alone; none when no kernels were recorded
+    old = _run("on", 0, {1: 1.0}, 5.0)
+    assert "helion_ranks" in e2e.summarize([old]) and e2e.summarize([old])["helion_ranks"] == {}
+    old["kernels"], old["captured"] = helion, cap
+    assert e2e.summarize([old])["helion_ranks"]["on-r0"]["active"] == 1
+    assert e2e.summarize([old])["tensor_parallel_size"] == 1
 
 
 def test_run_e2e_with_a_fake_launcher(tmp_path):
@@ -235,3 +332,35 @@ def test_module_help_runs_without_a_gpu():
         [sys.executable, "-m", "hltools.e2e", "worker", "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and "--plugin" in out.stdout
+
+
+def test_run_e2e_tensor_parallel_files_and_env(tmp_path):
+    seen = []
+
+    def launcher(cmd, env, log, timeout):
+        args = dict(zip(cmd[4::2], cmd[5::2], strict=True))
+        seen.append((args["--tensor-parallel-size"], env.get("NCCL_NVLS_ENABLE")))
+        run = _tp_run(args["--plugin"], -1, [{"o_proj": "HelionX"}] * 2, [{"helion": {"1": [[1, 1, 1]]}}] * 2)
+        with open(args["--out"], "w") as f:
+            json.dump(run, f)
+        return 0
+
+    report = e2e.run_e2e(
+        model="qwen3-1.7b",
+        model_config=load_model_config("qwen3-1.7b"),
+        fmt="fp8_dynamic",
+        layers=2,
+        options=e2e.E2EOptions(concurrency=(1,), tensor_parallel_size=2),
+        output=tmp_path,
+        plugins=["on"],
+        rounds=1,
+        launcher=launcher,
+    )
+    assert seen == [("2", "0")] and not report.failed
+    assert report.files["stem"] == "e2e-qwen3-1.7b-fp8_dynamic-tp2"
+    payload = json.loads((tmp_path / "e2e-qwen3-1.7b-fp8_dynamic-tp2.json").read_text())
+    assert payload["metadata"]["tensor_parallel_size"] == 2
+    assert payload["metadata"]["options"]["tensor_parallel_size"] == 2
+    assert payload["runs"][0]["kernels_by_rank"] == [{"o_proj": "HelionX"}] * 2
+    assert payload["summary"]["helion_ranks"]["on-r0"]["active"] == 2
+    assert "TP 2" in (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic-tp2.md").read_text()

@@ -83,6 +83,12 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def _command() -> str:
     return shlex.join(["hltools", *sys.argv[1:]])
 
@@ -388,8 +394,18 @@ def e2e(
     ] = "off,on",
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")] = 0.6,
     seed: Annotated[int, typer.Option(help="Seed of the prompts and the engine.")] = 0,
+    tensor_parallel_size: Annotated[
+        int,
+        typer.Option(
+            "--tensor-parallel-size",
+            "--tp",
+            help="vLLM's tensor_parallel_size (GPUs per engine); > 1 turns NVLink multicast off "
+            "(NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 unless "
+            "set) and adds `-tp<N>` to the file names.",
+        ),
+    ] = 1,
     output: Annotated[
-        Path, typer.Option(help="Directory for `e2e-<model>-<format>.{json,csv,md,png}`.")
+        Path, typer.Option(help="Directory for `e2e-<model>-<format>[-tp<N>].{json,csv,md,png}`.")
     ] = DEFAULT_OUTPUT,
     timeout: Annotated[
         float | None, typer.Option(help="Seconds after which one engine run is killed (default: none).")
@@ -404,8 +420,9 @@ def e2e(
 
     Each engine runs in its own process (`python -m hltools.e2e worker`), max_num_seqs 32, prefix
     caching off, fixed input/output lengths, greedy. Writes `e2e-<model>-<format>.{json,csv,md}` and
-    a PNG of the speedup vs concurrency. Needs a CUDA GPU (exit 2 without one, except --dry-run).
-    Exits 1 if an engine run failed (its log is kept under the output directory).
+    a PNG of the speedup vs concurrency. Needs a CUDA GPU (exit 2 without one, except --dry-run;
+    --tensor-parallel-size N needs N). Exits 1 if an engine run failed (its log is kept under the
+    output directory).
     """
     from hltools import e2e as e
 
@@ -422,26 +439,37 @@ def e2e(
             repeats=repeats,
             gpu_memory_utilization=gpu_memory_utilization,
             seed=seed,
+            tensor_parallel_size=tensor_parallel_size,
         )
         cfg = e.engine_model_config(config, fmt, layers)
         output = output.resolve()
-        specs = e.plan_runs(output / f"e2e-{e.slug(model)}-{fmt}", _names(plugins), rounds)
+        stem = e.e2e_stem(model, fmt, tensor_parallel_size)
+        specs = e.plan_runs(output / stem, _names(plugins), rounds)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     if dry_run:
-        stem = f"e2e-{e.slug(model)}-{fmt}"
         console.print(
-            f"{len(specs)} engine runs of {model} ({cfg['num_hidden_layers']} layers, {fmt}); model "
-            f"dir {output / stem / 'model'}; in this order:"
+            f"{len(specs)} engine runs of {model} ({cfg['num_hidden_layers']} layers, {fmt}, TP "
+            f"{tensor_parallel_size}); model dir {output / stem / 'model'}; in this order:"
         )
         for s in specs:
             cmd = e.worker_command(sys.executable, output / stem / "model", s.plugin, options, s.out)
-            line = e.shell_line(cmd, e.worker_env(s.plugin, s.cache))
+            line = e.shell_line(
+                cmd, e.worker_env(s.plugin, s.cache, tensor_parallel_size=tensor_parallel_size)
+            )
             console.print(f"# {s.name} ({'cold' if s.cold else 'warm'} caches)", highlight=False)
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
     if not _cuda_available():
         _no_gpu(console, "e2e", "it starts vLLM engines; `--dry-run` prints their command lines without one")
+    gpus = _cuda_device_count()
+    if tensor_parallel_size > gpus:
+        console.print(
+            f"[bold red]--tensor-parallel-size {tensor_parallel_size} needs {tensor_parallel_size} GPUs; "
+            f"{gpus} visible.",
+            highlight=False,
+        )
+        raise typer.Exit(NO_GPU_EXIT)
 
     from hltools import bench
 
@@ -466,9 +494,12 @@ def e2e(
         on_run=on_run,
     )
     summary, meta = report.files["summary"], report.files["metadata"]
-    console.print(e2e_table(summary, f"{model} {fmt}, {meta['layers']} layers: output tokens/s"))
+    title = f"{model} {fmt}, {meta['layers']} layers, TP {tensor_parallel_size}: output tokens/s"
+    console.print(e2e_table(summary, title))
     s = summary["startup"]
     console.print(f"start-up (s): {s}")
+    if summary.get("helion_ranks"):
+        console.print(e.helion_line(summary["helion_ranks"]), highlight=False)
     console.print(f"wrote {report.files['json']}, {report.files['csv']}, {report.files['md']}")
     _plot_e2e(console, summary, output / f"{report.files['stem']}.png", meta)
     if report.failed:
@@ -524,6 +555,8 @@ def report(
         meta, runs = payload.get("metadata", {}), payload.get("runs", [])
         summary = e.summarize(runs)
         console.print(e2e_table(summary, f"{path.stem}: output tokens/s"))
+        if summary.get("helion_ranks"):
+            console.print(e.helion_line(summary["helion_ranks"]), highlight=False)
         path.with_suffix(".md").write_text(e.summary_markdown(meta, summary))
         if plots:
             _plot_e2e(console, summary, path.with_suffix(".png"), meta)

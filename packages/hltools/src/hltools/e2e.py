@@ -7,7 +7,9 @@ downloaded) and starts one *worker* process per engine run (``python -m hltools.
 no plugin loaded), alternating, for ``rounds`` rounds. Round 0 starts from empty compile caches
 (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HELION_CACHE_DIR``, one
 set per plugin setting under the output directory): its start-up time is the *cold* one; later
-rounds reuse them (*warm*).
+rounds reuse them (*warm*). ``--tensor-parallel-size N`` (default 1) passes ``tensor_parallel_size=N``
+to ``vllm.LLM`` and, for N > 1, turns NVLink multicast off in the workers' environment
+(:data:`TP_ENV`, unless set already); files then end in ``-tp<N>``.
 
 Each worker (:func:`worker_main`, on the GPU) builds ``vllm.LLM(load_format="dummy",
 max_num_seqs=32, enable_prefix_caching=False)`` with vLLM's defaults otherwise (torch.compile,
@@ -18,7 +20,10 @@ concurrency ``c``: ``c`` random prompts of ``input_len`` tokens (the same in eve
 ``output_len`` output tokens. Output tokens/s = ``c * output_len / median(t_full)``; per-token
 latency (TPOT) = ``(median(t_full) - median(t_one)) / (output_len - 1)``; TTFT ~ ``median(t_one)``.
 It also records the kernels vLLM chose per layer, greedy tokens of 4 short prompts (agreement
-between the runs) and, with the plugin, which sizes were captured into CUDA graphs with Helion.
+between the runs) and, with the plugin, which sizes were captured into CUDA graphs with Helion: rank
+0's under ``kernels`` / ``captured``, every tensor-parallel rank's under ``kernels_by_rank`` /
+``captured_by_rank`` (``llm.apply_model`` runs in each rank); :func:`summarize` counts the ranks where
+Helion was active.
 
 Everything but :func:`worker_main` (and what it calls) runs without a GPU: the commands, the
 environments, the aggregation (:func:`summarize`) and the files are tested on the CPU.
@@ -105,6 +110,13 @@ def engine_model_config(config: Mapping[str, Any], fmt: str, layers: int | None 
     return out
 
 
+def e2e_stem(model: str, fmt: str, tensor_parallel_size: int = 1) -> str:
+    """The name of a benchmark's files and folder: ``e2e-<model>-<format>``, ``-tp<N>`` added for
+    N > 1 (so runs of one model at several TP sizes can share an output directory)."""
+    stem = f"e2e-{slug(model)}-{fmt}"
+    return stem if tensor_parallel_size == 1 else f"{stem}-tp{tensor_parallel_size}"
+
+
 def slug(text: str) -> str:
     """A file-name-safe short name: a config path's folder (or file stem), lower case."""
     p = Path(text)
@@ -126,8 +138,12 @@ class E2EOptions:
     max_num_seqs: int = MAX_NUM_SEQS
     gpu_memory_utilization: float = 0.6
     seed: int = 0
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
+        tp = self.tensor_parallel_size
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"tensor_parallel_size must be a positive integer; got {tp!r}")
         if not self.concurrency or min(self.concurrency) < 1:
             raise ValueError(f"concurrency values must be positive; got {self.concurrency}")
         if max(self.concurrency) > self.max_num_seqs:
@@ -208,6 +224,8 @@ def worker_command(python: str, model_dir: Path, plugin: str, options: E2EOption
         str(options.gpu_memory_utilization),
         "--seed",
         str(options.seed),
+        "--tensor-parallel-size",
+        str(options.tensor_parallel_size),
         "--out",
         str(out),
     ]
@@ -227,16 +245,31 @@ BASE_ENV = {
     "VLLM_USE_FLASHINFER_SAMPLER": "0",  # the GPU bundle has no FlashInfer
     "PYTHONUNBUFFERED": "1",
 }
+#: Defaults for tensor-parallel runs (size > 1): NVLink multicast off (NCCL NVLS, torch symmetric
+#: memory, NVSHMEM); the lent multi-GPU machines must not use it.
+TP_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
-def worker_env(plugin: str, cache: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: ``base`` (default ``os.environ``) plus :data:`BASE_ENV` defaults,
-    the compile-cache directories under ``cache``, and the plugin switch: ``on`` sets
-    ``HL_LINEAR_BACKEND=helion``, ``off`` sets ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and
-    drops ``HL_LINEAR_BACKEND``."""
-    env = dict(os.environ if base is None else base)
-    for k, v in BASE_ENV.items():
+def default_env(env: MutableMapping[str, str], tensor_parallel_size: int = 1) -> None:
+    """:data:`BASE_ENV`, and :data:`TP_ENV` when ``tensor_parallel_size > 1``, into ``env`` where
+    not set already (a value the user set wins)."""
+    for k, v in {**BASE_ENV, **(TP_ENV if tensor_parallel_size > 1 else {})}.items():
         env.setdefault(k, v)
+
+
+def worker_env(
+    plugin: str, cache: Path, base: Mapping[str, str] | None = None, tensor_parallel_size: int = 1
+) -> dict[str, str]:
+    """The worker's environment: ``base`` (default ``os.environ``) plus :data:`BASE_ENV` defaults
+    (and :data:`TP_ENV` ones for ``tensor_parallel_size > 1``), the compile-cache directories under
+    ``cache``, and the plugin switch: ``on`` sets ``HL_LINEAR_BACKEND=helion``, ``off`` sets
+    ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops ``HL_LINEAR_BACKEND``."""
+    env = dict(os.environ if base is None else base)
+    default_env(env, tensor_parallel_size)
     for var, sub in CACHE_VARS.items():
         env[var] = str(Path(cache) / sub)
     set_plugin(env, plugin)
@@ -272,10 +305,44 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Per tensor-parallel rank of a plugin-on run: did it use a Helion linear kernel (a class name
+    ``Helion...`` in ``kernels_by_rank``) and capture sizes into CUDA graphs with Helion (a
+    ``helion`` route in ``captured_by_rank``)? ``{"ranks", "kernels", "captured", "active",
+    "inactive"}`` (counts; ``inactive``: rank -> what it lacks); older results without ``*_by_rank``
+    count rank 0 alone. None when the run holds no kernel record."""
+    kernels = run.get("kernels_by_rank")
+    if kernels is None:
+        if "kernels" not in run:
+            return None
+        kernels = [run["kernels"]]
+    captured = run.get("captured_by_rank")
+    if captured is None:
+        captured = [run.get("captured") or {}]
+    n = max(len(kernels), len(captured), int(run.get("tensor_parallel_size", 1)))
+    counts = {"ranks": n, "kernels": 0, "captured": 0, "active": 0}
+    inactive: dict[str, str] = {}
+    for rank in range(n):
+        k = kernels[rank] if rank < len(kernels) else None
+        c = captured[rank] if rank < len(captured) else None
+        has_k = any(str(v).startswith("Helion") for v in (k or {}).values())
+        has_c = bool((c or {}).get("helion"))
+        counts["kernels"] += has_k
+        counts["captured"] += has_c
+        counts["active"] += has_k and has_c
+        lacks = [
+            w for w, ok in (("no Helion kernel", has_k), ("no size captured with Helion", has_c)) if not ok
+        ]
+        if lacks:
+            inactive[str(rank)] = ", ".join(lacks)
+    return {**counts, "inactive": inactive}
+
+
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregate worker results: per concurrency, each plugin's tokens/s, TPOT and TTFT (median over
     rounds) and the ratios; start-up times (cold = round 0, warm = median of later rounds); greedy
-    agreement of the plugin's runs with the no-plugin run of round 0."""
+    agreement of the plugin's runs with the no-plugin run of round 0; the tensor-parallel size; per
+    plugin-on run, in how many ranks Helion was active (:func:`helion_ranks`)."""
     by: dict[str, list[Mapping[str, Any]]] = {}
     for r in runs:
         by.setdefault(r["plugin"], []).append(r)
@@ -309,7 +376,19 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             if r.get("greedy"):
                 same = sum(a == b for a, b in zip(r["greedy"], ref["greedy"], strict=False))
                 agreement[f"on-r{r.get('round')}"] = f"{same}/{len(ref['greedy'])}"
-    return {"rows": rows, "startup": startup, "greedy_agreement": agreement}
+    sizes = sorted({int(r.get("tensor_parallel_size", 1)) for r in runs}) or [1]
+    helion = {}
+    for r in by.get("on", []):
+        ranks = helion_ranks(r)
+        if ranks is not None:
+            helion[f"on-r{r.get('round')}"] = ranks
+    return {
+        "rows": rows,
+        "startup": startup,
+        "greedy_agreement": agreement,
+        "tensor_parallel_size": sizes[0] if len(sizes) == 1 else sizes,
+        "helion_ranks": helion,
+    }
 
 
 SUMMARY_FIELDS = (
@@ -345,8 +424,10 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
     def f(v, spec):
         return "-" if v is None else format(v, spec)
 
+    tp = metadata.get("tensor_parallel_size") or summary.get("tensor_parallel_size", 1)
     lines = [
-        f"# vLLM end to end: {metadata.get('model')} {metadata.get('format')}, {metadata.get('layers')} layers",
+        f"# vLLM end to end: {metadata.get('model')} {metadata.get('format')}, {metadata.get('layers')} "
+        f"layers, TP {tp}",
         "",
         " · ".join(
             f"{k} {metadata[k]}"
@@ -374,7 +455,24 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
             "",
             f"Greedy agreement with the no-plugin run ({AGREEMENT_PROMPTS} prompts x {AGREEMENT_TOKENS} tokens): {agree}.",
         ]
+    if summary.get("helion_ranks"):
+        lines += ["", helion_line(summary["helion_ranks"])]
     return "\n".join(lines) + "\n"
+
+
+def helion_line(helion: Mapping[str, Mapping[str, Any]]) -> str:
+    """One sentence from ``summarize()["helion_ranks"]``: per plugin-on run, in how many ranks Helion
+    was active (a Helion linear kernel and sizes captured into CUDA graphs with it), and what the
+    other ranks lack."""
+    parts = []
+    for name, h in helion.items():
+        part = f"{name}: Helion active in {h['active']}/{h['ranks']} ranks"
+        if h.get("inactive"):
+            part += " (" + "; ".join(f"rank {k}: {v}" for k, v in h["inactive"].items()) + ")"
+        parts.append(part)
+    return (
+        "Helion linear kernels and CUDA-graph sizes captured with Helion, per rank: " + "; ".join(parts) + "."
+    )
 
 
 @dataclass
@@ -420,15 +518,15 @@ def run_e2e(
 ) -> E2EReport:
     """Run every engine of :func:`plan_runs` in turn and write the results (see the module docstring).
 
-    Files under ``output``: ``e2e-<model>-<format>/model/config.json``, ``.../runs/<plugin>-r<round>
-    .{json,log}``, ``.../cache-<plugin>/`` (compile caches, emptied before round 0), and
-    ``e2e-<model>-<format>.{json,csv,md}`` (plus the PNG, drawn by the caller). A worker that fails
-    is recorded (its log's tail in ``failed``) and the others still run. ``on_run(spec, event)`` is
-    called with ``"start"``, ``"done"`` or ``"failed"``."""
+    Files under ``output`` (``<stem>``: :func:`e2e_stem`, ``e2e-<model>-<format>[-tp<N>]``):
+    ``<stem>/model/config.json``, ``<stem>/runs/<plugin>-r<round>.{json,log}``, ``<stem>/cache-<plugin>/``
+    (compile caches, emptied before round 0), and ``<stem>.{json,csv,md}`` (plus the PNG, drawn by the
+    caller). A worker that fails is recorded (its log's tail in ``failed``) and the others still run.
+    ``on_run(spec, event)`` is called with ``"start"``, ``"done"`` or ``"failed"``."""
     import shutil
 
     output = Path(output).resolve()  # the workers get absolute paths (vLLM reads a local model dir)
-    stem = f"e2e-{slug(model)}-{fmt}"
+    stem = e2e_stem(model, fmt, options.tensor_parallel_size)
     workdir = output / stem
     cfg = engine_model_config(model_config, fmt, layers)
     model_dir = workdir / "model"
@@ -440,7 +538,7 @@ def run_e2e(
         shutil.rmtree(cache, ignore_errors=True)
     for spec in specs:
         cmd = worker_command(python, model_dir, spec.plugin, options, spec.out)
-        env = worker_env(spec.plugin, spec.cache)
+        env = worker_env(spec.plugin, spec.cache, tensor_parallel_size=options.tensor_parallel_size)
         spec.out.parent.mkdir(parents=True, exist_ok=True)
         spec.out.unlink(missing_ok=True)
         if on_run:
@@ -465,6 +563,7 @@ def run_e2e(
         "layers": cfg.get("num_hidden_layers"),
         "model_layers": model_config.get("num_hidden_layers"),
         "options": asdict(options),
+        "tensor_parallel_size": options.tensor_parallel_size,
         "plugins": list(plugins),
         "rounds": rounds,
         "failed": report.failed,
@@ -485,7 +584,12 @@ def run_e2e(
 # --------------------------------------------------------------------------------------------
 def fill_weights(model) -> int:
     """Overwrite every parameter in place with seeded values (identical across processes): fp8 and
-    int8 weights random, weight scales ~ 1/sqrt(K) (so activations keep their size), norms 1."""
+    int8 weights random, weight scales ~ 1/sqrt(K) (so activations keep their size), norms 1.
+
+    Each parameter's generator is seeded from its name alone, never the rank: with tensor parallelism
+    every rank fills its shard of a parameter with the same values (shards of one name have one shape),
+    the same in every run at one TP size. K is the rank's (sharded) K, so row-parallel layers' outputs
+    grow by about sqrt(TP) after the all-reduce (the norms bound it; fine for timing)."""
     import torch
 
     g = torch.Generator(device="cuda")
@@ -579,13 +683,28 @@ def measure_throughput(generate, make_prompts, options: E2EOptions, clock=time.p
     return out
 
 
+def llm_kwargs(model_dir: Path | str, options: E2EOptions) -> dict[str, Any]:
+    """The keyword arguments of the worker's ``vllm.LLM(...)`` (see the module docstring)."""
+    return {
+        "model": str(model_dir),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "dtype": "bfloat16",
+        "max_model_len": options.max_model_len,
+        "max_num_seqs": options.max_num_seqs,
+        "enable_prefix_caching": False,
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "seed": options.seed,
+        "tensor_parallel_size": options.tensor_parallel_size,
+    }
+
+
 def worker_main(args: argparse.Namespace) -> int:
     """One engine run (on the GPU); writes ``args.out``. Sets the plugin switch of ``args.plugin`` in
     its own environment too (as :func:`worker_env` does), before vLLM is imported."""
     import importlib.metadata as md
 
-    for k, v in BASE_ENV.items():
-        os.environ.setdefault(k, v)
+    default_env(os.environ, args.tensor_parallel_size)
     set_plugin(os.environ, args.plugin)
 
     import torch
@@ -601,25 +720,18 @@ def worker_main(args: argparse.Namespace) -> int:
         max_num_seqs=args.max_num_seqs,
         gpu_memory_utilization=args.gpu_memory_utilization,
         seed=args.seed,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     config = json.loads((Path(args.model_dir) / "config.json").read_text())
     t0 = time.perf_counter()
-    llm = LLM(
-        model=str(args.model_dir),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        dtype="bfloat16",
-        max_model_len=options.max_model_len,
-        max_num_seqs=options.max_num_seqs,
-        enable_prefix_caching=False,
-        gpu_memory_utilization=options.gpu_memory_utilization,
-        seed=options.seed,
-    )
+    llm = LLM(**llm_kwargs(args.model_dir, options))
     startup_s = time.perf_counter() - t0
-    filled = llm.apply_model(fill_weights)[0]
-    kernels = llm.apply_model(linear_kernels)[0]
+    filled_by_rank = list(llm.apply_model(fill_weights))  # one entry per tensor-parallel rank
+    kernels_by_rank = list(llm.apply_model(linear_kernels))
+    filled, kernels = filled_by_rank[0], kernels_by_rank[0]
     print(
-        f"[hltools] engine ready in {startup_s:.1f} s; {filled} parameters filled; kernels {kernels}",
+        f"[hltools] engine ready in {startup_s:.1f} s (TP {options.tensor_parallel_size}); parameters "
+        f"filled per rank {filled_by_rank}; rank 0 kernels {kernels}",
         flush=True,
     )
     vocab = int(config.get("vocab_size", 32000))
@@ -637,21 +749,30 @@ def worker_main(args: argparse.Namespace) -> int:
     throughput = measure_throughput(
         generate, lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c), options
     )
-    captured = llm.apply_model(dispatch_counts)[0] if args.plugin == "on" else {}
+    captured_by_rank = list(llm.apply_model(dispatch_counts)) if args.plugin == "on" else []
+    captured = captured_by_rank[0] if captured_by_rank else {}
     v = versions()
     result = {
         "plugin": args.plugin,
         "gpu": torch.cuda.get_device_name(),
+        "gpu_count": torch.cuda.device_count(),
+        "tensor_parallel_size": options.tensor_parallel_size,
         **{d: v.get(d, "") for d in ("torch", "triton", "helion", "vllm")},
         "hlvllm": _dist_version(md, "hlvllm"),
         "layers": config.get("num_hidden_layers"),
         "startup_s": startup_s,
+        "filled": filled,
+        "filled_by_rank": filled_by_rank,
         "kernels": kernels,
+        "kernels_by_rank": kernels_by_rank,
         "captured": captured,
+        "captured_by_rank": captured_by_rank,
         "greedy": greedy,
         "throughput": throughput,
         "options": asdict(options),
-        "env": {k: os.environ.get(k) for k in ("HL_LINEAR_BACKEND", "VLLM_PLUGINS", "VLLM_USE_DEEP_GEMM")},
+        "env": {
+            k: os.environ.get(k) for k in ("HL_LINEAR_BACKEND", "VLLM_PLUGINS", "VLLM_USE_DEEP_GEMM", *TP_ENV)
+        },
     }
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     summary = {c: round(t["tokens_per_s"], 1) for c, t in throughput.items()}
@@ -680,6 +801,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--max-num-seqs", type=int, default=MAX_NUM_SEQS)
     w.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--tensor-parallel-size", type=int, default=1)
     w.add_argument("--out", required=True)
     args = p.parse_args(argv)
     return worker_main(args)
