@@ -89,10 +89,13 @@ def compile_tokens(tokens: list[int]) -> list[int]:
 def _worker_init(lock, dist_flag: bool, cpu_smoke: bool = False) -> None:
     global _LOCK
     _LOCK = lock
-    if cpu_smoke:
-        cpu_smoke_patch()
-    if dist_flag:
-        ba._init_dist()
+    try:  # an initializer that raises makes Pool respawn workers forever: report through the jobs
+        if cpu_smoke:
+            cpu_smoke_patch()
+        if dist_flag:
+            ba._init_dist()
+    except Exception as exc:  # noqa: BLE001
+        _BROKEN.append(f"worker set-up failed: {_err(exc)}")
 
 
 def cpu_smoke_patch() -> None:
