@@ -37,10 +37,8 @@ B)
         export CUDA_VISIBLE_DEVICES=1
         run gpu-tests python3 -m nox -s gpu_tests -- packages/hltools/tests/gpu/test_formats_vs_vllm_gpu.py \
             packages/hlvllm/tests/gpu -v -rfE
-        run autotune-test python3 -m nox -s gpu_tests -- packages/hltools/tests/gpu/test_autotune_gpu.py -v -rfE
-        if [ -f ci/gpu/sweep_aux_configs.py ]; then
-            run aux-sweep python3 ci/gpu/sweep_aux_configs.py --quick --budget-s $(($(left) - 40))
-        fi
+        run more-tests python3 -m nox -s gpu_tests -- packages/hltools/tests/gpu/test_autotune_gpu.py \
+            packages/hlcore/tests/gpu packages/hltools/tests/gpu/test_bench_gpu.py -v -rfE
     ) &
     wait
     ;;
@@ -81,6 +79,8 @@ D)
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     run e2e-8b-tp2 python3 -m hltools bench e2e --model $MODEL8B --format fp8_dynamic --layers 8 --rounds 1 \
         --tensor-parallel-size 2 --concurrency 1,8 --output "$OUT/e2e-8b-tp2" --timeout 240
+    # GPU 0 (alone again): every generic aux config vs vLLM's ops, issue 5's config sweep
+    run aux-sweep env CUDA_VISIBLE_DEVICES=0 python3 ci/gpu/sweep_aux_configs.py --budget-s $(($(left) - 80))
     ;;
 esac
 echo "phase $phase done in $(($(date +%s) - START)) s" | tee -a "$OUT/lanes.txt"
