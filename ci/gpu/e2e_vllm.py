@@ -121,6 +121,7 @@ def run(args) -> int:
         max_model_len=1024,
         max_num_seqs=64,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_memory_bytes=None if args.kv_cache_gib is None else int(args.kv_cache_gib * 2**30),
         seed=0,
     )
     startup_s = time.perf_counter() - t0
@@ -292,6 +293,12 @@ def main() -> int:
         type=float,
         default=0.45,
         help="vLLM's; lower it to run several engines per GPU",
+    )
+    r.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        default=None,
+        help="fixed KV-cache size (vLLM's kv_cache_memory_bytes; skips memory profiling, safe next to other engines)",
     )
     r.add_argument("--aux-kernels", default=None, help="HL_AUX_KERNELS for this run (e.g. none)")
     c = sub.add_parser("compare")

@@ -23,7 +23,7 @@ MODEL8B=qwen3-8b
 eng() { # eng NAME ARGS...: one in-process engine (not timed) with its own compile caches
     local name=$1; shift
     run "eng-$name" env VLLM_USE_DEEP_GEMM=0 VLLM_CACHE_ROOT=/tmp/vc/$name TORCHINDUCTOR_CACHE_DIR=/tmp/ic/$name \
-        python3 ci/gpu/e2e_vllm.py run --gpu-memory-utilization 0.17 --out "$OUT/eng-$name.json" "$@"
+        python3 ci/gpu/e2e_vllm.py run --gpu-memory-utilization 0.17 --kv-cache-gib 4 --out "$OUT/eng-$name.json" "$@"
 }
 case $phase in
 B) # correctness only (nothing timed for a claim): GPU tests next to two waves of four engines
