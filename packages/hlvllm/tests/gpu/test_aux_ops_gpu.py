@@ -7,9 +7,15 @@ vLLM's ops: ``torch.ops._C.rms_norm`` / ``fused_add_rms_norm`` / ``silu_and_mul`
 Helion; 33 runs vLLM's op through our fallback.
 
 Tolerances, and why: norms and silu_and_mul are fp32 math rounded to bf16/fp16; the fp32 reduction
-order (and vLLM normalizing the rounded residual, computing silu without the intermediate rounding)
-moves some outputs by one or two units in the last place: rtol 2^-6 (bf16) / 2^-9 (fp16), and at least
-90% of outputs bit-equal. Quant scales are the same fp32 expression: rtol 1e-6. Quantized values:
+order (and vLLM's CUDA ops normalizing the rounded residual, computing silu without the intermediate
+rounding) moves some outputs by one or two units in the last place: rtol 2^-6 (bf16) / 2^-9 (fp16).
+silu_and_mul: at least 90% of outputs bit-equal to vLLM's CUDA op. Norms: our kernels follow vLLM's
+``native`` implementation (``vllm.ir.ops.rms_norm`` / ``fused_add_rms_norm``: fp32 normalize, round to
+the weight's dtype, multiply by the weight), the one vLLM 0.26 runs under its default compile config
+(``IrOpPriorityConfig(rms_norm=['native'])``); vLLM's CUDA ops round differently (72-79% bit-equal
+to ours on the H200, 2026-11-30): so at least 99% bit-equal to ``native`` run eagerly on the GPU (the
+fp32 sum order may flip a rare rounding), at least 50% to the CUDA op, all within the rtol of both;
+sizes that our dispatch sends to vLLM's CUDA op equal it bit for bit. Quant scales are the same fp32 expression: rtol 1e-6. Quantized values:
 vLLM's kernels may multiply by the reciprocal where ours divide, so a value on a rounding boundary may
 land one step away: at most 2% of values (0.7% was the most seen in the H200 bench), each at most
 one fp8 step (or 1 for int8) apart.
@@ -67,10 +73,25 @@ def _path(op, m, h):
     return "helion" if m <= 32 and helion_faster(op, m, h) else "fallback"
 
 
-def _close_fraction(out, ref, dtype, what):
+def _close_fraction(out, ref, dtype, what, min_equal=0.9):
     torch.testing.assert_close(out.float(), ref.float(), rtol=RTOL[dtype], atol=1e-3, msg=what)
     same = (out == ref).float().mean().item()
-    assert same >= 0.9, f"{what}: only {same:.1%} bit-equal"
+    assert same >= min_equal, f"{what}: only {same:.1%} bit-equal (expected >= {min_equal:.0%})"
+
+
+def _native(op):
+    """vLLM's ``native`` implementation of an IR op (what its default compile config runs)."""
+    from vllm import ir
+
+    return getattr(ir.ops, op).impls["native"].impl_fn
+
+
+def _check_norm(out, ref_cuda, ref_native, path, dtype, what):
+    if path == "fallback":  # our fallback is vLLM's CUDA op itself
+        assert torch.equal(out, ref_cuda), what
+        return
+    _close_fraction(out, ref_native, dtype, f"{what} vs vLLM native", min_equal=0.99)
+    _close_fraction(out, ref_cuda, dtype, f"{what} vs vLLM's CUDA op", min_equal=0.5)
 
 
 def _fp8_step(v):
@@ -104,8 +125,9 @@ def test_rms_norm_matches_vllm(aux, h, dtype):
         out = torch.ops.hlvllm.rms_norm(x, w, 1e-6)
         ref = torch.empty(x.shape, dtype=dtype, device="cuda")
         torch.ops._C.rms_norm(ref, x, w, 1e-6)
-        _close_fraction(out, ref, dtype, f"rms_norm m={m} h={h}")
-        assert aux.AUX_COUNTS[("rms_norm", _path("rms_norm", m, h), m, h)] == 1
+        path = _path("rms_norm", m, h)
+        _check_norm(out, ref, _native("rms_norm")(x, w, 1e-6), path, dtype, f"rms_norm m={m} h={h}")
+        assert aux.AUX_COUNTS[("rms_norm", path, m, h)] == 1
 
 
 @pytest.mark.parametrize("h", HIDDEN)
@@ -121,8 +143,11 @@ def test_fused_add_rms_norm_matches_vllm(aux, h, dtype):
         ref_x, ref_r = x.contiguous().clone(), r.clone()
         torch.ops._C.fused_add_rms_norm(ref_x, ref_r, w, 1e-6)  # in place: ref_x <- out, ref_r <- x + r
         assert torch.equal(res, ref_r), f"residual m={m} h={h}"
-        _close_fraction(out, ref_x, dtype, f"fused_add_rms_norm m={m} h={h}")
-        assert aux.AUX_COUNTS[("fused_add_rms_norm", _path("fused_add_rms_norm", m, h), m, h)] == 1
+        native_out, native_res = _native("fused_add_rms_norm")(x_keep.clone(), r_keep.clone(), w, 1e-6)
+        assert torch.equal(res, native_res), f"residual vs native m={m} h={h}"
+        path = _path("fused_add_rms_norm", m, h)
+        _check_norm(out, ref_x, native_out, path, dtype, f"fused_add_rms_norm m={m} h={h}")
+        assert aux.AUX_COUNTS[("fused_add_rms_norm", path, m, h)] == 1
 
 
 @pytest.mark.parametrize("d", HIDDEN)
@@ -307,7 +332,8 @@ def test_layers_on_the_real_platform_resolve_to_hlvllm_and_capture_helion(aux, m
     ref_y, ref_r = x.clone(), r.clone()
     torch.ops._C.fused_add_rms_norm(ref_y, ref_r, norm.weight.data, 1e-6)
     assert torch.equal(res, ref_r)
-    _close_fraction(y, ref_y, torch.bfloat16, "RMSNorm layer in a graph")
+    native_y, _ = _native("fused_add_rms_norm")(x.clone(), r.clone(), norm.weight.data, 1e-6)
+    _check_norm(y, ref_y, native_y, "helion", torch.bfloat16, "RMSNorm layer in a graph")
     act_ref = torch.empty(m, h, dtype=torch.bfloat16, device="cuda")
     torch.ops._C.silu_and_mul(act_ref, torch.cat([y, res], dim=-1))
     _close_fraction(a, act_ref, torch.bfloat16, "SiluAndMul layer in a graph")
