@@ -23,6 +23,7 @@ from rich.table import Table
 
 from hlcore.config_store import write_json_atomic
 from hltools.bench_cli import bench_app
+from hltools.bench_configs import configs_app
 from hltools.provenance import git_commit, versions
 from hltools.shapes import linear_shapes, list_models, load_model_config
 
@@ -33,6 +34,7 @@ app = typer.Typer(
     rich_markup_mode="markdown",
 )
 app.add_typer(bench_app, name="bench")
+app.add_typer(configs_app, name="configs")
 
 DEFAULT_NUM_TOKENS = "1,2,4,8,16,24,32"  # vLLM's CUDA-graph decode sizes up to 32 (design §4)
 DEFAULT_CPU_SCALE = 64

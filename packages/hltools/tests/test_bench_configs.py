@@ -1,0 +1,185 @@
+"""``hltools configs from-bench`` on the CPU: entries from fake benchmark rows (win, loss,
+conflicting duplicates, failed rows), the written file (accepted by the loader, picks carry the
+fallback mark), metadata from the rows, a file of another GPU / helion version refused without
+--force."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hlcore import config_store as cs
+from hlcore import scaled_mm_config as smc
+from hlcore.scaled_mm_config import default_scaled_mm_config, pick_scaled_mm_config
+from hltools import bench
+from hltools.bench import BenchResult
+from hltools.bench_configs import entries_from_bench, measured_config
+from hltools.cli import app
+
+runner = CliRunner()
+VERSIONS = {"torch": "2.11.0", "triton": "3.6.0", "helion": "1.5.0", "vllm": "0.26.0"}
+TUNED = {"block_sizes": [16, 64, 128], "num_warps": 8, "num_stages": 3, "split_k": 2, "swap_ab": True}
+
+
+def _pair(helion_us, vllm_us, *, fmt="fp8_dynamic", n=6144, k=4096, m=1, model="qwen3-8b", layer="qkv", **hl):
+    common = dict(model=model, layer=layer, format=fmt, m=m, n=n, k=k, gpu="NVIDIA H200", ok=True)
+    common |= VERSIONS | {"date": "2026-11-30T17:49:48+00:00"}
+    helion = dict(
+        provider="helion", kernel="helion scaled_mm", median_us=helion_us, rel_err=3e-3, config="heuristic"
+    )
+    h = BenchResult(**(common | helion | hl))
+    v = BenchResult(provider="vllm", kernel="vllm cutlass_scaled_mm", median_us=vllm_us, **common)
+    return [h, v]
+
+
+def _by_key(entries):
+    return {(e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e for e in entries}
+
+
+def test_win_and_loss():
+    rows = _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2) + _pair(10.0, 10.0, m=4)
+    rows.append(BenchResult("qwen3-8b", "qkv", "fp8_dynamic", "torch", "torch._scaled_mm", 1, 6144, 4096))
+    entries = _by_key(entries_from_bench(rows))
+    assert set(entries) == {("fp8_dynamic", 6144, 4096, m) for m in (1, 2, 4)}
+    win, loss, tie = (entries["fp8_dynamic", 6144, 4096, m] for m in (1, 2, 4))
+    assert not win.fallback and loss.fallback and not tie.fallback  # a tie is not a loss
+    assert win.config == default_scaled_mm_config(1, 6144, 4096)  # "heuristic": what ran
+    assert loss.config == default_scaled_mm_config(2, 6144, 4096)
+    assert win.stats["helion_us"] == 9.0 and win.stats["fallback_us"] == 10.0
+    assert win.stats["fallback_kernel"] == "vllm cutlass_scaled_mm"
+    assert win.stats["rel_err"] == 3e-3 and win.stats["source"] == "hltools bench kernels"
+    assert win.stats["layers"] == ["qwen3-8b qkv"] and win.stats["measurements"] == 1
+    assert win.key == cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1)
+
+
+def test_json_config_is_used_as_measured():
+    rows = _pair(9.0, 10.0, config=json.dumps(TUNED) + " (marked fallback)")
+    (entry,) = entries_from_bench(rows)
+    assert entry.config == TUNED and entry.stats["config_source"] == "measured config"
+
+
+def test_conflicting_duplicates_are_marked_fallback():
+    """The same key from two models / layers: fallback when ANY measurement lost (conservative);
+    the stats are the worst measurement's."""
+    rows = _pair(9.0, 10.0, model="a", layer="o") + _pair(10.5, 10.0, model="b", layer="qkv")
+    rows += _pair(8.0, 10.0, model="c", layer="o", fmt="w8a8_int8") + _pair(
+        9.0, 10.0, model="d", fmt="w8a8_int8"
+    )
+    entries = _by_key(entries_from_bench(rows))
+    fp8, int8 = entries["fp8_dynamic", 6144, 4096, 1], entries["w8a8_int8", 6144, 4096, 1]
+    assert fp8.fallback and not int8.fallback
+    assert fp8.stats["helion_us"] == 10.5 and fp8.stats["measurements"] == 2
+    assert fp8.stats["layers"] == ["a o", "b qkv"] and fp8.stats["models"] == ["a", "b"]
+    assert int8.stats["helion_us"] == 9.0  # worst ratio: 0.9 > 0.8
+
+
+def test_failed_and_unpaired_rows_are_skipped():
+    failed = _pair(None, 10.0, m=1, ok=False, note="Helion failed: boom")
+    vllm_failed = _pair(9.0, None, m=2)
+    vllm_failed[1].ok = False
+    no_vllm = _pair(9.0, 10.0, m=4)[:1]
+    unknown_config = _pair(9.0, 10.0, m=8, config="nearest")
+    good = _pair(9.0, 10.0, m=16)
+    skipped: list[str] = []
+    entries = entries_from_bench(failed + vllm_failed + no_vllm + unknown_config + good, skipped)
+    assert [e.key["m"] for e in entries] == [16]
+    text = "\n".join(skipped)
+    assert len(skipped) == 5, text  # M=1 Helion, M=2 vLLM + its Helion row (unpaired), M=4, M=8
+    assert "M=1" in text and "boom" in text and "no timed vLLM row" in text and "'nearest'" in text
+
+
+def test_different_configs_for_one_key_are_skipped():
+    rows = _pair(9.0, 10.0, model="a") + _pair(9.0, 10.0, model="b", config=json.dumps(TUNED))
+    skipped: list[str] = []
+    assert entries_from_bench(rows, skipped) == [] and "different configs" in skipped[0]
+
+
+def test_measured_config_labels():
+    r = _pair(9.0, 10.0, m=3, n=512, k=1024)[0]
+    assert measured_config(r) == (default_scaled_mm_config(3, 512, 1024), "heuristic")
+    r.config = "exact"
+    assert measured_config(r)[0] is None
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+def _write_bench(path, rows, command="hltools bench kernels --model x"):
+    bench.write_json(path, {"metadata": {"command": command}, "results": [r.to_dict() for r in rows]})
+    return path
+
+
+@pytest.fixture
+def picks(monkeypatch, tmp_path):
+    """``pick(fmt, n, k, m)`` on "an H200" with ``HL_CONFIG_DIR = tmp_path/out``."""
+    out = tmp_path / "out"
+    monkeypatch.setenv("HL_CONFIG_DIR", str(out))
+    smc.clear_scaled_mm_config_cache()
+    yield lambda fmt, n, k, m: pick_scaled_mm_config(fmt, m, n, k, gpu="nvidia_h200")
+    smc.clear_scaled_mm_config_cache()
+
+
+def test_cli_writes_a_loadable_file_with_fallback_marks(tmp_path, picks, monkeypatch):
+    rows = _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2)
+    a = _write_bench(tmp_path / "a.json", rows)
+    b = _write_bench(
+        tmp_path / "b.json", _pair(12.0, 10.0, fmt="block_fp8", m=1), "hltools bench kernels --b"
+    )
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["configs", "from-bench", str(a), str(b), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "3 keys, 2 marked fallback" in " ".join(result.output.split())
+    path = out / "scaled_mm" / "nvidia_h200.json"
+    cf = cs.load_config_file(path, helion_version="1.5.0")
+    assert cf is not None and len(cf.entries) == 3
+    meta = cf.metadata
+    assert meta["gpu"] == "nvidia_h200" and meta["gpu_name"] == "NVIDIA H200"
+    assert {d: meta[d] for d in VERSIONS} == VERSIONS  # from the rows, not this machine
+    assert meta["date"] == "2026-11-30T17:49:48+00:00" and meta["source"] == "hltools bench kernels"
+    assert meta["commit"] is None and "not autotuned" in meta["note"]
+    assert meta["bench_commands"] == ["hltools bench kernels --model x", "hltools bench kernels --b"]
+    assert meta["command"].startswith("hltools configs from-bench ")
+
+    monkeypatch.setattr(cs, "installed_helion_version", lambda: "1.5.0")
+    win, loss, block = (
+        picks("fp8_dynamic", 6144, 4096, 1),
+        picks("fp8_dynamic", 6144, 4096, 2),
+        picks("block_fp8", 6144, 4096, 1),
+    )
+    assert (win.source, loss.source, block.source) == ("exact", "exact", "exact")
+    assert (win.fallback, loss.fallback, block.fallback) == (False, True, True)
+    assert win.config == default_scaled_mm_config(1, 6144, 4096)
+
+    # rerun with one more key: merged, the others kept
+    c = _write_bench(tmp_path / "c.json", _pair(9.0, 10.0, m=4))
+    result = runner.invoke(app, ["configs", "from-bench", str(c), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(cs.read_config_file(path).entries) == 4
+
+
+@pytest.mark.parametrize(
+    "meta", [{"gpu": "nvidia_h100", "helion": "1.5.0"}, {"gpu": "nvidia_h200", "helion": "1.4.0"}]
+)
+def test_cli_refuses_another_gpu_or_helion_without_force(tmp_path, meta):
+    out = tmp_path / "out"
+    path = cs.config_file_path("scaled_mm", "nvidia_h200", out)
+    old = cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 1, 1, 1), dict(TUNED))
+    cs.save_config_file(path, [old], meta)
+    before = path.read_text()
+    a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0))
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--force" in result.output and path.read_text() == before
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    cf = cs.read_config_file(path)
+    assert cf.metadata["gpu"] == "nvidia_h200" and cf.metadata["helion"] == "1.5.0"
+    assert list(cf.entries) == [cs.key_id(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1))]  # started afresh
+
+
+def test_cli_refuses_rows_of_two_gpus(tmp_path):
+    rows = _pair(9.0, 10.0) + _pair(9.0, 10.0, m=2, gpu="NVIDIA H100 80GB HBM3")
+    a = _write_bench(tmp_path / "a.json", rows)
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "several GPU" in result.output
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,94 @@
+"""The shipped ``configs/scaled_mm/nvidia_h200.json`` (``hltools configs from-bench`` on the
+2026-11-30 evening H200 benchmark): valid configs, H200 / helion 1.5.0 metadata, and a fallback mark
+on exactly the benchmarked keys where Helion's median was above vLLM's default kernel's, which
+dispatch then routes to vLLM's kernel (issue 4)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hlcore import config_store as cs
+from hlcore import configs
+from hlcore import scaled_mm_config as smc
+from hlcore.scaled_mm_config import check_scaled_mm_config
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = ROOT / "configs" / "scaled_mm" / "nvidia_h200.json"
+BENCH = [
+    ROOT / "docs" / "benchmarks" / "2026-11-30-evening" / "kernels" / "kernels.json",
+    ROOT / "docs" / "benchmarks" / "2026-11-30-evening" / "kernels-block" / "kernels.json",
+]
+
+
+def _bench_keys() -> dict[tuple, bool]:
+    """(format, N, K, M) -> Helion's median above vLLM's, from the committed benchmark rows."""
+    out: dict[tuple, bool] = {}
+    for path in BENCH:
+        rows = json.loads(path.read_text())["results"]
+        vllm = {(r["model"], r["layer"], r["format"], r["m"]): r for r in rows if r["provider"] == "vllm"}
+        for r in rows:
+            if r["provider"] != "helion" or not r["ok"]:
+                continue
+            v = vllm[r["model"], r["layer"], r["format"], r["m"]]
+            key = (r["format"], r["n"], r["k"], r["m"])
+            out[key] = out.get(key, False) or r["median_us"] > v["median_us"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    cf = cs.load_config_file(SHIPPED, gpu="nvidia_h200", helion_version="1.5.0")
+    assert cf is not None, f"{SHIPPED} rejected by load_config_file"
+    return cf
+
+
+def test_metadata_names_h200_and_helion_1_5(shipped):
+    meta = shipped.metadata
+    assert meta["gpu"] == "nvidia_h200" and meta["gpu_name"] == "NVIDIA H200"
+    assert meta["helion"] == "1.5.0" and meta["vllm"] == "0.26.0"
+    assert meta["source"] == "hltools bench kernels" and "not autotuned" in meta["note"]
+
+
+def test_every_config_is_valid(shipped):
+    assert shipped.entries
+    for entry in shipped.entries.values():
+        assert check_scaled_mm_config(entry.config) is None, entry
+
+
+def test_fallback_marks_match_the_benchmark(shipped):
+    bench = _bench_keys()
+    assert len(bench) == 168  # 2 models x 4 layers x 7 M x 3 formats
+    got = {
+        (e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e.fallback for e in shipped.entries.values()
+    }
+    assert got == bench
+    assert 0 < sum(bench.values()) < len(bench)
+
+
+def test_dispatch_falls_back_on_a_losing_key(hl_env):
+    """With the checkout's configs (no HL_CONFIG_DIR) on "an H200", a key Helion lost routes to
+    vLLM's kernel and a key it won does not."""
+    from hlvllm import dispatch
+
+    hl_env.delenv("HL_CONFIG_DIR", raising=False)
+    assert configs.config_dir().resolve() in (
+        SHIPPED.parents[1].resolve(),
+        configs.PACKAGED_CONFIG_DIR.resolve(),
+    )
+    hl_env.setattr(smc, "current_gpu_name", lambda device=None: "nvidia_h200")
+    hl_env.setattr(cs, "installed_helion_version", lambda: "1.5.0")
+    bench = _bench_keys()
+    lost = next(k for k, v in sorted(bench.items()) if v)
+    won = next(k for k, v in sorted(bench.items()) if not v)
+    smc.clear_scaled_mm_config_cache()
+    dispatch.reset()
+    try:
+        fmt, n, k, m = lost
+        assert dispatch.tuned_fallback(fmt, m, n, k) is True
+        assert dispatch.route(fmt, m, n, k) == "fallback"
+        fmt, n, k, m = won
+        assert dispatch.tuned_fallback(fmt, m, n, k) is False
+    finally:
+        smc.clear_scaled_mm_config_cache()
+        dispatch.reset()
