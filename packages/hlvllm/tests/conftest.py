@@ -7,17 +7,21 @@ import torch
 @pytest.fixture
 def hl_env(monkeypatch):
     """Enable the backend for one test and restore vLLM's kernel list, its out-of-tree op table
-    (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8) and hlvllm's state after."""
+    (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8), its hashed env factors (``register()``
+    adds hlvllm's compile-cache entry) and hlvllm's state after."""
+    from vllm import envs
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.kernels import linear as vllm_linear
     from vllm.platforms import PlatformEnum
 
     import hlvllm.plugin as plugin
     from hlvllm import aux_ops, dispatch
+    from hlvllm.compile_cache import COMPILE_FACTOR
     from hlvllm.settings import get_settings
 
     saved = list(vllm_linear._POSSIBLE_FP8_KERNELS.get(PlatformEnum.CUDA, []))
     saved_oot = dict(op_registry_oot)
+    saved_factor = envs.environment_variables.pop(COMPILE_FACTOR, None)
     monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
     monkeypatch.setattr(plugin, "_registered", False)
     get_settings.cache_clear()
@@ -27,6 +31,9 @@ def hl_env(monkeypatch):
     vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] = saved
     op_registry_oot.clear()
     op_registry_oot.update(saved_oot)
+    envs.environment_variables.pop(COMPILE_FACTOR, None)
+    if saved_factor is not None:
+        envs.environment_variables[COMPILE_FACTOR] = saved_factor
     get_settings.cache_clear()
     dispatch.reset()
     aux_ops.reset()

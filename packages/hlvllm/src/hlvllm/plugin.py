@@ -17,7 +17,8 @@ def register() -> None:
     """Register hlvllm's torch ops and, when ``HL_LINEAR_BACKEND=helion``, put the Helion linear
     kernels first in vLLM's CUDA FP8, INT8 and block-FP8 kernel lists and replace vLLM's ``RMSNorm``,
     ``SiluAndMul`` and ``QuantFP8`` (those named in ``HL_AUX_KERNELS``, default all) by hlvllm's
-    subclasses (:mod:`hlvllm.aux_layers`). Safe to call any number of times."""
+    subclasses (:mod:`hlvllm.aux_layers`), and add those settings to vLLM's torch.compile cache key
+    (:mod:`hlvllm.compile_cache`). Safe to call any number of times."""
     global _registered
     if _registered:
         return
@@ -26,10 +27,12 @@ def register() -> None:
 
     settings = get_settings()
     from hlvllm.aux_ops import register_aux_ops
+    from hlvllm.compile_cache import register_compile_factor
     from hlvllm.ops import register_ops
 
     register_ops()
     register_aux_ops()
+    register_compile_factor(settings.enabled)
     if not settings.enabled:
         logger.debug("hlvllm: off (set HL_LINEAR_BACKEND=helion to enable)")
         return
