@@ -31,10 +31,11 @@ Comparison notes: zero-token outputs are checked for shape and dtype only, and t
 statistic: one rounding apart of 2 outputs is 50%); the per-element tolerance always applies. Norms
 run bf16/fp16 only, as in test_norm (fp32 outputs are one rounding apart on ~40% of the elements).
 
-Found by this fuzzing and kept as explicit ``xfail(strict=True)`` tests at the end (compiled
-kernels, i.e. Triton mode and the GPU; Helion's eager mode is right): hidden size 1 fails to
-compile the row kernels, and ``scaled_mm`` with K = 1 returns block_k times the reference. The
-size buckets therefore leave 1 out.
+Found by this fuzzing (compiled kernels, i.e. Triton mode and the GPU; Helion's eager mode was
+right) and fixed, each kept as an explicit test at the end: hidden size 1 failed to compile the row
+kernels (a ``reduction_loops`` entry for a dim Helion makes no loop for), and ``scaled_mm`` with
+K = 1 returned block_k times the reference (a size-1 dim compiled as a broadcast). The size buckets
+leave 1 out; those tests cover it.
 
 ``HL_FUZZ_EXAMPLES`` (default 8) sets the examples per test; ``derandomize=True`` makes CI runs
 repeatable; ``database=None`` and a temporary ``HYPOTHESIS_STORAGE_DIRECTORY`` keep hypothesis from
@@ -55,7 +56,6 @@ from pathlib import Path
 # hypothesis' first storage access, which comes after this import.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(tempfile.gettempdir()) / "hlcore-hypothesis"))
 
-import helion
 import pytest
 import torch
 from hypothesis import given, settings
@@ -480,14 +480,6 @@ def test_fuzz_scaled_mm(fmt, case):
 # --------------------------------------------------------------------------------------------
 # Found by the fuzzing: kept as explicit cases
 # --------------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    not HELION_MODE,
-    raises=helion.exc.InvalidConfig,
-    strict=True,
-    reason="hidden size 1: the picked row config has reduction_loops=[None], but Helion makes no "
-    "reduction loop for a size-1 dim: InvalidConfig 'Too many values for config['reduction_loops'], "
-    "expected 0, got 1' (compiled kernels; Helion's eager mode ignores the config)",
-)
 @pytest.mark.parametrize(
     "kernel", ["per_token_fp8_quant", "per_token_int8_quant", "rms_norm", "fused_add_rms_norm"]
 )
@@ -508,22 +500,17 @@ def test_hidden_size_one_row_kernels(kernel):
         assert_norm_matches(out, out_ref, kernel)
 
 
-@pytest.mark.xfail(
-    not HELION_MODE,
-    raises=AssertionError,
-    strict=True,
-    reason="K = 1: the compiled kernel returns block_k x the reference (32x with 16x16x32 tiles): "
-    "Helion 1.5.0 takes the size-1 K dim for a broadcast and drops the K mask, so each K tile sums "
-    "block_k copies of the one product (Helion's eager mode is right)",
-)
+@pytest.mark.parametrize(("n", "k", "bias"), [(2, 1, False), (1, 5, True), (1, 1, True)])
 @pytest.mark.parametrize("fmt", MM_FORMATS)
-def test_scaled_mm_k_one(fmt):
+def test_scaled_mm_unit_dims(fmt, n, k, bias):
+    """K = 1 once returned block_k x the reference (Helion compiled the size-1 K dim as a broadcast
+    and dropped its mask); scaled_mm now pads a size-1 K or N to 2."""
     case = {
         "m": 2,
-        "n": 2,
-        "k": 1,
+        "n": n,
+        "k": k,
         "out_dtype": torch.bfloat16,
-        "bias": False,
+        "bias": bias,
         "algo": (1, False),
         "kinds": ["normal", "normal"],
         "zero_channels": [],
@@ -536,4 +523,5 @@ def test_scaled_mm_k_one(fmt):
     out = scaled_mm(**d, config=_mm_config(case["algo"]))
     ref = scaled_mm_ref(**d)
     err = rel_error(out, ref)
-    assert err <= tolerance(fmt, torch.bfloat16), f"{fmt} K=1: out {out.tolist()} ref {ref.tolist()}"
+    assert out.shape == ref.shape == (2, n)
+    assert err <= tolerance(fmt, torch.bfloat16), f"{fmt} N={n} K={k}: out {out.tolist()} ref {ref.tolist()}"

@@ -143,13 +143,22 @@ ALL_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def config_json(config: Any, who: str) -> str:
-    """``config`` (a ``helion.Config``, a dict or its JSON) as JSON text with sorted keys."""
+def config_json(config: Any, who: str, hidden: int | None = None) -> str:
+    """``config`` (a ``helion.Config``, a dict or its JSON) as JSON text with sorted keys.
+
+    ``hidden == 1``: ``reduction_loops`` is dropped (Helion 1.5.0 makes no reduction loop for a
+    size-1 dim and rejects a config that sets one)."""
     if isinstance(config, str):
-        return config
-    if isinstance(config, Mapping):
-        return json.dumps(dict(config), sort_keys=True)
-    to_json = getattr(config, "to_json", None)
-    if to_json is None:
-        raise ValueError(f"{who}: config must be a helion.Config, a dict or JSON; got {type(config)}")
-    return to_json()
+        text = config
+    elif isinstance(config, Mapping):
+        text = json.dumps(dict(config), sort_keys=True)
+    else:
+        to_json = getattr(config, "to_json", None)
+        if to_json is None:
+            raise ValueError(f"{who}: config must be a helion.Config, a dict or JSON; got {type(config)}")
+        text = to_json()
+    if hidden == 1 and "reduction_loops" in text:
+        parsed = json.loads(text)
+        parsed.pop("reduction_loops", None)
+        text = json.dumps(parsed, sort_keys=True)
+    return text

@@ -194,7 +194,7 @@ def rms_norm(
     if config is None:
         config = pick_rms_norm_config(m, h)
     w = None if weight is None else weight.contiguous()
-    out = _kernel_for("rms_norm", weight is not None, False, config_json(config, "rms_norm"))(
+    out = _kernel_for("rms_norm", weight is not None, False, config_json(config, "rms_norm", h))(
         x2, w, float(eps)
     )
     return out.reshape(x.shape)
@@ -253,7 +253,7 @@ def fused_add_rms_norm(
         config = pick_fused_add_rms_norm_config(m, h)
     w = None if weight is None else weight.contiguous()
     kernel = _kernel_for(
-        "fused_add_rms_norm", weight is not None, m == 1, config_json(config, "fused_add_rms_norm")
+        "fused_add_rms_norm", weight is not None, m == 1, config_json(config, "fused_add_rms_norm", h)
     )
     out, new_residual = kernel(x2, r2, w, float(eps))
     if inplace:

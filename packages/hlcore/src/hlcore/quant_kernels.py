@@ -216,7 +216,7 @@ def per_token_fp8_quant(
     if config is None:
         config = pick_per_token_fp8_quant_config(m, k)
     kernel = _kernel_for(
-        "per_token_fp8_quant", config_json(config, "per_token_fp8_quant"), scale_ub is not None
+        "per_token_fp8_quant", config_json(config, "per_token_fp8_quant", k), scale_ub is not None
     )
     return kernel(x, None if scale_ub is None else scale_ub.reshape(1))
 
@@ -245,7 +245,7 @@ def per_token_int8_quant(x: torch.Tensor, *, config: Any = None) -> tuple[torch.
         )
     if config is None:
         config = pick_per_token_int8_quant_config(m, k)
-    return _kernel_for("per_token_int8_quant", config_json(config, "per_token_int8_quant"))(x)
+    return _kernel_for("per_token_int8_quant", config_json(config, "per_token_int8_quant", k))(x)
 
 
 def per_token_group_fp8_quant(

@@ -368,6 +368,10 @@ def scaled_mm(
         return torch.empty((0, n), dtype=out_dtype, device=a.device)
     if a.stride(1) != 1:
         a = a.contiguous()
+    if k == 1 or n == 1:  # Helion 1.5.0 compiles a size-1 dim as a broadcast (no mask): pad it
+        a, b, scale_b, bias = _pad_unit_dims(a, b, scale_b, bias, block_size)
+        out = scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, block_size=block_size, config=config)
+        return out[:, :n].contiguous()
     if config is None:  # tuned config for this GPU and shape, else the heuristic default
         from hlcore.scaled_mm_config import pick_scaled_mm_config
 
@@ -376,6 +380,24 @@ def scaled_mm(
     kernel = _kernel_for(text)
     args = kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size, workspace=_uses_workspace(text))
     return kernel(*args)
+
+
+def _pad_unit_dims(a, b, scale_b, bias, block_size):
+    """K or N of 1 padded to 2 with zeros (exact: a zero K column adds 0, a zero weight channel is
+    sliced off). Without it the compiled kernel sums block_k copies of the one K product."""
+    if a.shape[1] == 1:
+        a = torch.cat([a, torch.zeros_like(a)], dim=1)
+        w = b.t()  # [N, 1] row-major
+        b = torch.cat([w, torch.zeros_like(w)], dim=1).t()
+    n = b.shape[1]
+    if n == 1:
+        w = b.t()  # [1, K] row-major
+        b = torch.cat([w, torch.zeros_like(w)], dim=0).t()
+        if block_size is None:  # per-channel [N, 1], [1, N] or [N]; block scales cover N = 2 already
+            scale_b = torch.cat([scale_b.reshape(1), scale_b.reshape(1)])
+        if bias is not None:
+            bias = torch.cat([bias.reshape(1), torch.zeros_like(bias.reshape(1))])
+    return a, b, scale_b, bias
 
 
 # --------------------------------------------------------------------------------------------
