@@ -155,3 +155,29 @@ def test_tuned_key_marked_fallback_uses_vllm(op, hl_env, tmp_path, caplog):
         assert sum("marked as slower" in r.getMessage() for r in caplog.records) == 1
     finally:
         smc.clear_scaled_mm_config_cache()
+
+
+def test_deterministic_setting_runs_split_k_one(op, hl_env):
+    """HL_DETERMINISTIC=1: the picked config with split_k = 1 (no atomics), still the right result;
+    unset: the picker's own config (split_k > 1 for this deep-K decode shape)."""
+    import json
+
+    import hlvllm.ops as ops
+    from hlcore.scaled_mm_config import pick_scaled_mm_config
+    from hlvllm.settings import get_settings
+
+    fn, dispatch, calls = op
+    m, n, k = 4, 48, 1024
+    picked = json.loads(pick_scaled_mm_config("fp8_dynamic", m, n, k).config_json)
+    assert picked["split_k"] > 1  # the shape needs a split-K pick for this test to mean anything
+    assert ops.helion_config("fp8_dynamic", m, n, k, torch.device("cpu")) is None
+    hl_env.setenv("HL_DETERMINISTIC", "1")
+    hl_env.setenv("HL_HELION_EAGER", "1")
+    get_settings.cache_clear()
+    config = ops.helion_config("fp8_dynamic", m, n, k, torch.device("cpu"))
+    assert config["split_k"] == 1 and "split_k_workspace" not in config
+    args, d = _args(m, n, k)
+    out = fn(*args)
+    assert dispatch.DISPATCH_COUNTS[("helion", m, n, k)] == 1 and calls == []
+    assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
+    assert torch.equal(fn(*args), out)

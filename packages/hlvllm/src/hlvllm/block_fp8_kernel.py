@@ -129,9 +129,14 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
     # The op body's two paths -------------------------------------------------------------------
     def helion_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
         from hlcore.scaled_mm import scaled_mm
+        from hlvllm.ops import helion_config
 
         q, scale_a = self.quant_fp8(x_2d)
-        return scaled_mm(q, layer.weight.t(), scale_a, self.helion_scale, out_dtype, bias, block_size=BLOCK)
+        n, k = layer.weight.shape
+        config = helion_config("block_fp8", x_2d.shape[0], n, k, x_2d.device)
+        return scaled_mm(
+            q, layer.weight.t(), scale_a, self.helion_scale, out_dtype, bias, block_size=BLOCK, config=config
+        )
 
     def fallback_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
         return self.fallback.apply_weights(layer, x_2d, bias).to(out_dtype)

@@ -30,10 +30,31 @@ def _fallback_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias):
     return vllm_ops.cutlass_scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, bias=bias)
 
 
+def helion_config(fmt: str, m: int, n: int, k: int, device: torch.device) -> dict | None:
+    """The config to pass to ``hlcore.scaled_mm``: None (its picker chooses), or with
+    ``HL_DETERMINISTIC=1`` the picked config with ``split_k = 1`` and no split-K workspace (each
+    output written once by one program, no atomics: bitwise repeatable; slower where the pick
+    splits K)."""
+    from hlvllm.settings import get_settings
+
+    if not get_settings().deterministic:
+        return None
+    import json
+
+    from hlcore.scaled_mm_config import pick_scaled_mm_config
+
+    config = json.loads(pick_scaled_mm_config(fmt, m, n, k, device=device).config_json)
+    config["split_k"] = 1
+    config.pop("split_k_workspace", None)
+    return config
+
+
 def _helion_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias):
     from hlcore.scaled_mm import scaled_mm
 
-    return scaled_mm(a, b, scale_a, scale_b, out_dtype, bias)
+    fmt = "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic"
+    config = helion_config(fmt, a.shape[0], b.shape[1], a.shape[1], a.device)
+    return scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, config=config)
 
 
 def scaled_mm_impl(

@@ -7,6 +7,7 @@
 | ``HL_HELION_EAGER`` | ``0`` | ``1``: also use Helion outside CUDA-graph capture (tests, benchmarks; slow on the host) |
 | ``HL_DISPATCH_LOG`` | ``0`` | ``1``: log the first dispatch of every (path, M, N, K) |
 | ``HL_AUX_KERNELS`` | ``all`` | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below) |
+| ``HL_DETERMINISTIC`` | ``0`` | ``1``: Helion GEMMs run with ``split_k = 1`` (no atomics): bitwise repeatable results |
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Settings:
     helion_eager: bool
     dispatch_log: bool
     aux_kernels: frozenset[str] = frozenset(AUX_KERNEL_NAMES)
+    deterministic: bool = False
 
 
 def _int_env(name: str, default: int) -> int:
@@ -69,4 +71,5 @@ def get_settings() -> Settings:
         helion_eager=os.environ.get("HL_HELION_EAGER", "").strip().lower() in _TRUE,
         dispatch_log=os.environ.get("HL_DISPATCH_LOG", "").strip().lower() in _TRUE,
         aux_kernels=_aux_env(),
+        deterministic=os.environ.get("HL_DETERMINISTIC", "").strip().lower() in _TRUE,
     )
