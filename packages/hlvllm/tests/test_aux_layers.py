@@ -447,8 +447,11 @@ def test_qwen3_fp8_mlp_built_by_vllm_runs_hlvllm_ops(qwen3_mlp_cls, aux, graphs_
 
     _, SiluAndMul, *_ = _vllm_classes()
 
-    def fake_cutlass(a, b, scale_a, scale_b, out_dtype, bias):  # not reached: M = 3 runs Helion
-        raise AssertionError("CUTLASS called")
+    cutlass_calls = []
+
+    def fake_cutlass(a, b, scale_a, scale_b, out_dtype, bias):  # M = 3 runs Helion; this only checks it
+        cutlass_calls.append(a.shape[0])
+        return scaled_mm_ref(a, b, scale_a, scale_b, out_dtype, bias)
 
     cuda_like.setattr(ops, "_fallback_scaled_mm", fake_cutlass)
     scheme = {
@@ -503,6 +506,7 @@ def test_qwen3_fp8_mlp_built_by_vllm_runs_hlvllm_ops(qwen3_mlp_cls, aux, graphs_
         ("per_token_fp8_quant", "helion", 3, 256): 1,  # down's input
     }
     assert dispatch.DISPATCH_COUNTS == {("helion", 3, 512, 128): 1, ("helion", 3, 128, 256): 1}
+    assert cutlass_calls == [3, 3]  # each first Helion call checked once against vLLM's kernel
 
     # Stage by stage against fp32 references of the same quantized tensors (Helion throughout)
     cuda_like.setenv("HL_HELION_EAGER", "1")

@@ -36,8 +36,9 @@ def test_small_m_runs_helion_once_then_fallback_in_eager(op):
     out = fn(*args)
     assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
     assert dispatch.DISPATCH_COUNTS[("helion", 3, 48, 96)] == 1  # warm-up compile before capture
+    assert calls == [3]  # ... checked once against vLLM's kernel on the same inputs
     out2 = fn(*args)
-    assert dispatch.DISPATCH_COUNTS[("fallback", 3, 48, 96)] == 1 and calls == [3]
+    assert dispatch.DISPATCH_COUNTS[("fallback", 3, 48, 96)] == 1 and calls == [3, 3]
     assert rel_error(out2, out) <= tolerance("fp8_dynamic", torch.bfloat16)
 
 
@@ -71,7 +72,9 @@ def test_helion_eager_setting(op, hl_env):
     args, _ = _args(5)
     fn(*args)
     fn(*args)
-    assert dispatch.DISPATCH_COUNTS[("helion", 5, 48, 96)] == 2 and calls == []
+    assert dispatch.DISPATCH_COUNTS[("helion", 5, 48, 96)] == 2 and calls == [
+        5
+    ]  # [5]: the first call's check
 
 
 def test_helion_failure_falls_back_with_warning(op, hl_env, caplog):
@@ -123,7 +126,7 @@ def test_dispatch_survives_torch_compile(op):
         args, d = _args(m, seed=m)
         out = compiled(args[0], args[1], args[2], args[3], args[5])
         assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16), m
-    assert calls == [40, 64]
+    assert calls == [40, 3, 64, 2]  # 3 and 2: the warm-up calls' check against vLLM's kernel
     assert dispatch.DISPATCH_COUNTS[("helion", 3, 48, 96)] == 1
     assert dispatch.DISPATCH_COUNTS[("helion", 2, 48, 96)] == 1
 
@@ -149,7 +152,7 @@ def test_tuned_key_marked_fallback_uses_vllm(op, hl_env, tmp_path, caplog):
         with caplog.at_level("INFO", logger="vllm.hlvllm"):
             fn(*_args(3)[0])
             fn(*_args(5)[0])
-        assert calls == [3]  # M=3: marked -> vLLM's kernel, not even a warm-up compile
+        assert calls == [3, 5]  # M=3: marked -> vLLM's kernel, no warm-up compile; 5: Helion's check
         assert dispatch.DISPATCH_COUNTS[("fallback", 3, 48, 96)] == 1
         assert dispatch.DISPATCH_COUNTS[("helion", 5, 48, 96)] == 1
         assert sum("marked as slower" in r.getMessage() for r in caplog.records) == 1
@@ -178,6 +181,43 @@ def test_deterministic_setting_runs_split_k_one(op, hl_env):
     assert config["split_k"] == 1 and "split_k_workspace" not in config
     args, d = _args(m, n, k)
     out = fn(*args)
-    assert dispatch.DISPATCH_COUNTS[("helion", m, n, k)] == 1 and calls == []
+    assert dispatch.DISPATCH_COUNTS[("helion", m, n, k)] == 1 and calls == [m]
     assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
     assert torch.equal(fn(*args), out)
+
+
+def test_wrong_helion_result_falls_back_with_warning(op, hl_env, caplog):
+    """Never silently wrong: a Helion result that disagrees with vLLM's kernel on the first (warm-up)
+    call is replaced by vLLM's, with one warning, and the shape stays on vLLM's kernel."""
+    import hlvllm.ops as ops
+
+    fn, dispatch, calls = op
+    right = ops._helion_scaled_mm
+
+    def wrong(*a):  # e.g. the K = 1 bug: every product summed block_k times
+        return 32 * right(*a)
+
+    hl_env.setattr(ops, "_helion_scaled_mm", wrong)
+    args, d = _args(4)
+    with caplog.at_level("WARNING", logger="vllm.hlvllm"):
+        out = fn(*args)
+        out2 = fn(*args)
+    assert rel_error(out, scaled_mm_ref(**d)) == 0.0 and rel_error(out2, scaled_mm_ref(**d)) == 0.0
+    assert calls == [4, 4, 4]  # the check, its replacement, then the shape is on vLLM's kernel
+    assert dispatch.DISPATCH_COUNTS[("fallback", 4, 48, 96)] == 2
+    msgs = [r.getMessage() for r in caplog.records if "differs from vLLM's kernel" in r.getMessage()]
+    assert len(msgs) == 1 and "relative error" in msgs[0]
+
+
+def test_disagreement_rules():
+    from hlvllm.dispatch import disagreement
+
+    ref = torch.tensor([[1.0, -2.0], [0.5, float("inf")]], dtype=torch.bfloat16)
+    assert disagreement("fp8_dynamic", ref.clone(), ref) is None  # inf where vLLM has inf: ignored
+    assert "non-finite" in disagreement("fp8_dynamic", ref.masked_fill(ref == 1, float("nan")), ref)
+    assert "relative error" in disagreement("fp8_dynamic", ref * 1.5, ref)
+    assert "shape" in disagreement("fp8_dynamic", ref[:1], ref)
+    zero = torch.zeros(2, 2, dtype=torch.float16)
+    assert disagreement("w8a8_int8", zero.clone(), zero) is None
+    assert "relative error" in disagreement("w8a8_int8", zero + 1, zero)
+    assert disagreement("fp8_dynamic", torch.ones(2, 2), torch.ones(2, 2)) is None  # fp32 out: bf16 rule

@@ -10,6 +10,12 @@ Helion's host call costs tens of microseconds, so outside capture Helion runs on
 unless ``HL_HELION_EAGER=1``. A Helion failure for a shape logs one warning and that shape uses
 vLLM's kernel from then on: a server never fails because of us. A tuned key that ``hltools
 autotune`` marked ``"fallback": true`` (vLLM's kernel was faster for it) also uses vLLM's kernel.
+
+Never silently wrong: the first eager Helion call of each (format, M, N, K) (the warm-up compile
+before capture, or the first call under ``HL_HELION_EAGER``) also runs vLLM's kernel on the same
+inputs; if the two differ by more than twice the format's tolerance against the fp32 reference
+(:func:`hlcore.testing.tolerance`; each kernel is within it), or Helion's output is not finite where
+vLLM's is, that shape logs one warning and uses vLLM's kernel from then on (its result is returned).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ DISPATCH_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 #: (path, M, N, K) -> calls made while a CUDA graph was being captured (what graph replays run).
 CAPTURE_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 _warmed: set[tuple[str, int, int, int]] = set()
+_validated: set[tuple[str, int, int, int]] = set()  # (fmt, M, N, K) checked against vLLM's kernel
 _broken: dict[tuple[str, int, int], str] = {}
 _fallback_marks: dict[tuple[str, int, int, int], bool] = {}  # (fmt, M, N, K) -> marked "fallback"
 _max_m_limit: int | None = None  # min(max_helion_size, max CUDA-graph capture size), set by kernels
@@ -104,9 +111,16 @@ def run(
 ) -> torch.Tensor:
     """Run ``helion_fn`` or ``fallback_fn`` as :func:`route` says; count and optionally log it."""
     path = route(fmt, m, n, k)
+    capturing = _capturing()
     if path == "helion":
         try:
             out = helion_fn()
+            if not capturing and (fmt, m, n, k) not in _validated:
+                _validated.add((fmt, m, n, k))
+                ref = fallback_fn()
+                reason = disagreement(fmt, out, ref)
+                if reason:
+                    raise ValueError(f"result differs from vLLM's kernel on the same inputs: {reason}")
         except Exception as exc:  # noqa: BLE001 - any Helion failure must fall back, never crash
             _broken[(fmt, n, k)] = f"{type(exc).__name__}: {exc}"
             logger.warning(
@@ -123,7 +137,6 @@ def run(
     else:
         out = fallback_fn()
     key = (path, m, n, k)
-    capturing = _capturing()
     if get_settings().dispatch_log and (
         key not in DISPATCH_COUNTS or (capturing and key not in CAPTURE_COUNTS)
     ):
@@ -134,10 +147,31 @@ def run(
     return out
 
 
+def disagreement(fmt: str, out: torch.Tensor, ref: torch.Tensor) -> str | None:
+    """Why Helion's ``out`` and vLLM's ``ref`` (same inputs) cannot both be right, or None: a
+    shape/dtype mismatch, a non-finite value where vLLM's is finite, or a relative Frobenius error
+    (:func:`hlcore.testing.rel_error`; absolute when ``ref`` is all zeros) above twice the format's
+    tolerance against the fp32 reference (:func:`hlcore.testing.tolerance`)."""
+    from hlcore.testing import rel_error, tolerance
+
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        return f"shape/dtype {tuple(out.shape)} {out.dtype} vs {tuple(ref.shape)} {ref.dtype}"
+    finite = torch.isfinite(ref)
+    if not bool(torch.isfinite(out)[finite].all()):
+        return "non-finite values where vLLM's kernel is finite"
+    err = rel_error(out.masked_fill(~finite, 0), ref.masked_fill(~finite, 0))
+    try:
+        limit = 2 * tolerance(fmt, ref.dtype)
+    except ValueError:  # an out dtype without its own entry (fp32): the bf16 one is looser
+        limit = 2 * tolerance(fmt, torch.bfloat16)
+    return None if err <= limit else f"relative error {err:.3g} > {limit:.2g}"
+
+
 def reset() -> None:
     """Forget warm-up state, failures and counts (tests)."""
     DISPATCH_COUNTS.clear()
     CAPTURE_COUNTS.clear()
     _warmed.clear()
+    _validated.clear()
     _broken.clear()
     _fallback_marks.clear()
