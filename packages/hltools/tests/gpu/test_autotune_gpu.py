@@ -11,16 +11,8 @@ from hltools.cli import app
 
 pytestmark = pytest.mark.gpu
 
-TINY = {
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-}
 
-
-def test_autotune_quick_tiny_model(tmp_path):
+def test_autotune_quick_tiny_model(tmp_path, tiny_model_config):
     import torch
 
     from hlcore import scaled_mm as sm
@@ -28,8 +20,7 @@ def test_autotune_quick_tiny_model(tmp_path):
     from hlcore.scaled_mm_config import check_scaled_mm_config
     from hlcore.testing import rel_error, tolerance
 
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(TINY))
+    config = tiny_model_config
     out = tmp_path / "configs"
     args = ["autotune", "--model", str(config), "--formats", "fp8_dynamic", "--num-tokens", "8"]
     args += ["--effort", "quick", "--budget-minutes", "2", "--seed", "3", "--output", str(out)]

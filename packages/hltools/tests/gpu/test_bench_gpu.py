@@ -1,8 +1,6 @@
 """hltools bench kernels on a CUDA GPU (``nox -s gpu_tests``): the CLI end to end on a tiny model,
 and each of vLLM's block-FP8 kernels alone (which of them runs here, and correctly)."""
 
-import json
-
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -12,18 +10,9 @@ from hltools.cli import app
 
 pytestmark = pytest.mark.gpu
 
-TINY = {
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-}
 
-
-def test_bench_kernels_cli_tiny_model(tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(TINY))
+def test_bench_kernels_cli_tiny_model(tmp_path, tiny_model_config):
+    config = tiny_model_config
     out = tmp_path / "out"
     args = ["bench", "kernels", "--model", str(config), "--num-tokens", "1,3,16", "--repeats", "5"]
     result = CliRunner().invoke(app, [*args, "--jobs", "2", "--output", str(out)])

@@ -10,14 +10,6 @@ from hltools.cli import app
 
 pytestmark = pytest.mark.gpu
 
-TINY = {
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-}
-
 
 def _run(args, out):
     result = CliRunner().invoke(app, ["validate", *args, "--output", str(out)])
@@ -25,9 +17,8 @@ def _run(args, out):
 
 
 @pytest.mark.parametrize("out_dtype", ["bf16", "fp16"])
-def test_validate_gpu_tiny_config(tmp_path, out_dtype):
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(TINY))
+def test_validate_gpu_tiny_config(tmp_path, tiny_model_config, out_dtype):
+    config = tiny_model_config
     result, payload = _run(
         ["--model", str(config), "--num-tokens", "1,3,32", "--out-dtype", out_dtype], tmp_path / "rows.json"
     )
