@@ -17,12 +17,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import helion
 import helion.language as hl
 import torch
 
-from hlcore.aux_configs import config_json, pick_silu_and_mul_config
-from hlcore.helion_compat import local_kernel
+from hlcore.aux_configs import aux_kernel, config_json, pick_silu_and_mul_config
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -46,14 +44,7 @@ def _silu_and_mul_body(
 
 @functools.cache
 def _kernel_for(config_json_text: str):
-    return local_kernel(
-        helion.kernel(
-            _silu_and_mul_body,
-            config=helion.Config.from_json(config_json_text),
-            static_shapes=False,
-            ignore_warnings=[helion.exc.TensorOperationInWrapper],
-        )
-    )
+    return aux_kernel(_silu_and_mul_body, config_json_text)
 
 
 # --------------------------------------------------------------------------------------------

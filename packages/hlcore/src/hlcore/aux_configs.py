@@ -28,7 +28,7 @@ several rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 ROW_CONFIGS: dict[str, dict[str, Any]] = {
@@ -162,3 +162,21 @@ def config_json(config: Any, who: str, hidden: int | None = None) -> str:
         parsed.pop("reduction_loops", None)
         text = json.dumps(parsed, sort_keys=True)
     return text
+
+
+def aux_kernel(body: Callable, config_json_text: str):
+    """The process-local ``helion.Kernel`` of an aux kernel ``body`` with one fixed config
+    (dynamic shapes, so one compile serves every num_tokens); the same compiled and in both
+    interpret modes. Callers cache it per (body, config, variant)."""
+    import helion
+
+    from hlcore.helion_compat import local_kernel
+
+    return local_kernel(
+        helion.kernel(
+            body,
+            config=helion.Config.from_json(config_json_text),
+            static_shapes=False,
+            ignore_warnings=[helion.exc.TensorOperationInWrapper],
+        )
+    )

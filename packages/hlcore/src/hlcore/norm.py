@@ -25,12 +25,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import helion
 import helion.language as hl
 import torch
 
-from hlcore.aux_configs import config_json, pick_fused_add_rms_norm_config, pick_rms_norm_config
-from hlcore.helion_compat import local_kernel
+from hlcore.aux_configs import aux_kernel, config_json, pick_fused_add_rms_norm_config, pick_rms_norm_config
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -94,14 +92,7 @@ def _kernel_for(name: str, has_weight: bool, one_row: bool, config_json_text: st
     (``residual``) whose M is 1 at the first call as a broadcast row (stride dropped), then reuses
     that code for every M: so M == 1 gets its own kernel (where the broadcast is right)."""
     del has_weight, one_row  # part of the cache key only
-    return local_kernel(
-        helion.kernel(
-            _BODIES[name],
-            config=helion.Config.from_json(config_json_text),
-            static_shapes=False,
-            ignore_warnings=[helion.exc.TensorOperationInWrapper],
-        )
-    )
+    return aux_kernel(_BODIES[name], config_json_text)
 
 
 # --------------------------------------------------------------------------------------------

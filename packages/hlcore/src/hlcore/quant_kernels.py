@@ -35,12 +35,12 @@ import helion.language as hl
 import torch
 
 from hlcore.aux_configs import (
+    aux_kernel,
     config_json,
     pick_per_token_fp8_quant_config,
     pick_per_token_group_fp8_quant_config,
     pick_per_token_int8_quant_config,
 )
-from hlcore.helion_compat import local_kernel
 from hlcore.quant import (
     FP8_DTYPE,
     FP8_MAX,
@@ -151,14 +151,7 @@ def _kernel_for(name: str, config_json_text: str, variant: object = None):
     interpret modes. ``variant`` separates calls that Helion 1.5.0's dynamic-shape cache key would
     merge (a None argument vs a tensor; the scale layout)."""
     del variant  # part of the cache key only
-    return local_kernel(
-        helion.kernel(
-            _BODIES[name],
-            config=helion.Config.from_json(config_json_text),
-            static_shapes=False,
-            ignore_warnings=[helion.exc.TensorOperationInWrapper],
-        )
-    )
+    return aux_kernel(_BODIES[name], config_json_text)
 
 
 # --------------------------------------------------------------------------------------------
