@@ -364,3 +364,17 @@ def test_run_e2e_tensor_parallel_files_and_env(tmp_path):
     assert payload["runs"][0]["kernels_by_rank"] == [{"o_proj": "HelionX"}] * 2
     assert payload["summary"]["helion_ranks"]["on-r0"]["active"] == 2
     assert "TP 2" in (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic-tp2.md").read_text()
+
+
+def test_aux_capture_counts_groups_by_op_and_tokens(monkeypatch):
+    from hltools.e2e import aux_capture_counts
+    from hlvllm import aux_ops
+
+    monkeypatch.setattr(aux_ops, "AUX_CAPTURE_COUNTS", aux_ops.Counter())
+    aux_ops.AUX_CAPTURE_COUNTS[("rms_norm", "helion", 8, 4096)] += 3
+    aux_ops.AUX_CAPTURE_COUNTS[("rms_norm", "helion", 1, 4096)] += 1
+    aux_ops.AUX_CAPTURE_COUNTS[("silu_and_mul", "vllm", 8, 12288)] += 2
+    assert aux_capture_counts(None) == {
+        "rms_norm/helion": {"1": [[4096, 1]], "8": [[4096, 3]]},
+        "silu_and_mul/vllm": {"8": [[12288, 2]]},
+    }

@@ -645,6 +645,19 @@ def dispatch_counts(model) -> dict[str, dict[str, list[list[int]]]]:
     return out
 
 
+def aux_capture_counts(model) -> dict[str, dict[str, list[list[int]]]]:
+    """hlvllm's aux-op ``AUX_CAPTURE_COUNTS`` (RMSNorm, SiluAndMul, quant ops captured into CUDA graphs)
+    in the process that holds ``model``: ``"op/path"`` -> num_tokens -> [[hidden, count]]."""
+    try:
+        from hlvllm.aux_ops import AUX_CAPTURE_COUNTS
+    except ImportError:
+        return {}
+    out: dict[str, dict[str, list[list[int]]]] = {}
+    for (op, path, t, h), c in sorted(AUX_CAPTURE_COUNTS.items()):
+        out.setdefault(f"{op}/{path}", {}).setdefault(str(t), []).append([h, c])
+    return out
+
+
 def _prompts(n: int, length: int, vocab: int, seed: int) -> list[dict[str, list[int]]]:
     import random
 
@@ -751,6 +764,7 @@ def worker_main(args: argparse.Namespace) -> int:
     )
     captured_by_rank = list(llm.apply_model(dispatch_counts)) if args.plugin == "on" else []
     captured = captured_by_rank[0] if captured_by_rank else {}
+    aux_by_rank = list(llm.apply_model(aux_capture_counts)) if args.plugin == "on" else []
     v = versions()
     result = {
         "plugin": args.plugin,
@@ -767,6 +781,7 @@ def worker_main(args: argparse.Namespace) -> int:
         "kernels_by_rank": kernels_by_rank,
         "captured": captured,
         "captured_by_rank": captured_by_rank,
+        "aux_captured_by_rank": aux_by_rank,
         "greedy": greedy,
         "throughput": throughput,
         "options": asdict(options),
