@@ -378,3 +378,46 @@ def test_aux_capture_counts_groups_by_op_and_tokens(monkeypatch):
         "rms_norm/helion": {"1": [[4096, 1]], "8": [[4096, 3]]},
         "silu_and_mul/vllm": {"8": [[12288, 2]]},
     }
+
+
+def test_subprocess_launcher_timeout_kills_the_whole_process_group(tmp_path):
+    """An engine's child processes (vLLM's engine core, TP workers) die with a timed-out worker."""
+    import os
+    import sys
+    import time
+
+    from hltools.e2e import subprocess_launcher
+
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)"
+    )
+    rc = subprocess_launcher([sys.executable, "-c", script], dict(os.environ), tmp_path / "w.log", 3.0)
+    assert rc == 124
+    assert "worker killed after 3.0 s" in (tmp_path / "w.log").read_text()
+    child = int(pid_file.read_text())
+    for _ in range(50):  # SIGKILL is asynchronous; the child is reaped by init
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"grandchild {child} outlived the timed-out worker")
+
+
+def test_rank_functions_are_sent_from_the_importable_module():
+    """``python -m hltools.e2e worker`` sends fill_weights & co. to vLLM's ranks by pickle (by
+    reference). Taken from ``__main__`` they failed at TP=2 on the H200 ("not the same object as
+    __main__.fill_weights"); they must come from ``hltools.e2e``."""
+    import inspect
+    import pickle
+
+    import hltools.e2e as m
+
+    for f in (m.fill_weights, m.linear_kernels, m.dispatch_counts, m.aux_capture_counts):
+        assert f.__module__ == "hltools.e2e" and pickle.loads(pickle.dumps(f)) is f
+    body = inspect.getsource(m.worker_main)
+    assert body.count("llm.apply_model(rank_fns.") == 4 and "apply_model(fill_weights" not in body

@@ -32,6 +32,7 @@ environments, the aggregation (:func:`summarize`) and the files are tested on th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -488,16 +489,30 @@ Launcher = Callable[[list[str], dict[str, str], Path, float | None], int]  # (cm
 
 
 def subprocess_launcher(cmd: list[str], env: dict[str, str], log: Path, timeout: float | None) -> int:
-    """Run ``cmd`` with ``env``, stdout and stderr into ``log``; the return code (124 on timeout)."""
+    """Run ``cmd`` with ``env``, stdout and stderr into ``log``; the return code (124 on timeout).
+
+    The worker runs in its own process group, and on timeout the whole group is killed: vLLM's
+    engine-core and tensor-parallel worker processes would otherwise outlive the worker and keep
+    their GPU memory, and every later engine run would fail to start."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
+        proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            return subprocess.run(
-                cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
-            ).returncode
+            return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
             f.write(f"\n[hltools] worker killed after {timeout} s\n")
             return 124
+        finally:
+            _kill_group(proc)  # leftovers of a worker that exited (or was interrupted)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def run_e2e(
@@ -739,8 +754,12 @@ def worker_main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     llm = LLM(**llm_kwargs(args.model_dir, options))
     startup_s = time.perf_counter() - t0
-    filled_by_rank = list(llm.apply_model(fill_weights))  # one entry per tensor-parallel rank
-    kernels_by_rank = list(llm.apply_model(linear_kernels))
+    # Functions sent to the ranks are pickled by reference: take them from the importable module, not
+    # from ``__main__`` (``python -m hltools.e2e``), which the worker processes cannot resolve.
+    import hltools.e2e as rank_fns
+
+    filled_by_rank = list(llm.apply_model(rank_fns.fill_weights))  # one entry per tensor-parallel rank
+    kernels_by_rank = list(llm.apply_model(rank_fns.linear_kernels))
     filled, kernels = filled_by_rank[0], kernels_by_rank[0]
     print(
         f"[hltools] engine ready in {startup_s:.1f} s (TP {options.tensor_parallel_size}); parameters "
@@ -762,9 +781,9 @@ def worker_main(args: argparse.Namespace) -> int:
     throughput = measure_throughput(
         generate, lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c), options
     )
-    captured_by_rank = list(llm.apply_model(dispatch_counts)) if args.plugin == "on" else []
+    captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if args.plugin == "on" else []
     captured = captured_by_rank[0] if captured_by_rank else {}
-    aux_by_rank = list(llm.apply_model(aux_capture_counts)) if args.plugin == "on" else []
+    aux_by_rank = list(llm.apply_model(rank_fns.aux_capture_counts)) if args.plugin == "on" else []
     v = versions()
     result = {
         "plugin": args.plugin,
