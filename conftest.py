@@ -36,3 +36,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """GPU runs: print a failure's report the moment it happens. A device call that hits its time
+    limit cuts pytest off before its end-of-run failure section (2026-11-30 night: five failures
+    with no traceback); this keeps each one in the log."""
+    if os.environ.get("HL_TEST_GPU") == "1" and report.failed:
+        print(f"\n[hl] FAILED {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n", flush=True)
