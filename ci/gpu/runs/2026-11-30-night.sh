@@ -4,10 +4,13 @@
 # files come back per call) and packs it into $OUT/<phase>.tgz at the end.
 #   A  two lanes at once, one per GPU: GPU 1 correctness (GPU tests), GPU 0 timings (kernel
 #      benchmark of the Qwen3-8B TP=2 shapes and of more models; then the aux config sweep).
-#   TP tensor-parallel engines over both GPUs, plugin on and off (issue 8), one at a time.
+#   TP, TPB  tensor-parallel engines over both GPUs, plugin on and off (issue 8), one at a time.
 #   E  one engine per GPU at a time: full-depth single-GPU e2e (issue 6; warm start-up, issue 7).
+#   E1 the same on the one-GPU kind: Qwen3-8B FP8_Dynamic only.
+# (2026-11-30 night: phase TP first derived TP=2 configs from phase A's benchmark; dropped, the
+# benchmark rows did not record their configs then. Engine timeouts were 120-150 s then: too short.)
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s bash ci/gpu/runs/2026-11-30-night.sh A|TP|E
+#   LIMIT=s bash ci/gpu/runs/2026-11-30-night.sh A|TP|TPB|E|E1
 set -u
 phase=$1
 RES=${RES:-/tmp/night}
@@ -45,34 +48,33 @@ A)
     ) &
     wait
     ;;
-TP) # both GPUs: Qwen3-8B at TP=2, the TP=2 shapes' configs from phase A (HL_CONFIG_DIR)
-    if [ -f "$RES/A/kernels-tp2/kernels.json" ]; then
-        rm -rf /tmp/hlcfg && cp -r configs /tmp/hlcfg
-        python3 -m hltools configs from-bench "$RES/A/kernels-tp2/kernels.json" --output /tmp/hlcfg \
-            >"$O/configs-tp2.log" 2>&1 && export HL_CONFIG_DIR=/tmp/hlcfg
-        cp /tmp/hlcfg/scaled_mm/*.json "$O/" 2>/dev/null
-    fi
-    echo "HL_CONFIG_DIR=${HL_CONFIG_DIR:-}" | tee -a "$O/lanes.txt"
-    run e2e-8b-fp8-tp2 300 python3 -m hltools bench e2e --model qwen3-8b --format fp8_dynamic --rounds 1 \
-        --repeats 5 --tensor-parallel-size 2 --concurrency 1,8 --output "$O/e2e-8b-fp8-tp2" --timeout 150
+TP) # both GPUs: Qwen3-8B FP8_Dynamic at TP=2, all 36 layers (a full-depth engine needs ~100 s to start)
+    run e2e-8b-fp8-tp2 python3 -m hltools bench e2e --model qwen3-8b --format fp8_dynamic --rounds 1 \
+        --repeats 5 --tensor-parallel-size 2 --concurrency 1,8 --output "$O/e2e-8b-fp8-tp2" --timeout 250
+    ;;
+TPB) # both GPUs: Block_FP8 at TP=2 (DeepGEMM's JIT adds to the start-up), 12 layers
     run e2e-8b-block-tp2 python3 -m hltools bench e2e --model qwen3-8b --format block_fp8 --layers 12 \
         --rounds 1 --repeats 5 --tensor-parallel-size 2 --concurrency 1,8 --output "$O/e2e-8b-block-tp2" \
-        --timeout $(($(left) / 2 - 10))
+        --timeout 250
     ;;
-E) # one single-GPU engine per GPU at a time (two lanes), full depth
+E) # one single-GPU engine lane per GPU, full depth (two-GPU kind)
     (
         export CUDA_VISIBLE_DEVICES=0
         run e2e-8b-fp8 python3 -m hltools bench e2e --model qwen3-8b --format fp8_dynamic --rounds 2 \
-            --repeats 5 --output "$O/e2e-8b-fp8" --timeout 130
+            --repeats 5 --output "$O/e2e-8b-fp8" --timeout 240
     ) &
     (
         export CUDA_VISIBLE_DEVICES=1
-        run e2e-8b-int8 250 python3 -m hltools bench e2e --model qwen3-8b --format w8a8_int8 --rounds 1 \
-            --repeats 5 --output "$O/e2e-8b-int8" --timeout 120
+        run e2e-8b-int8 python3 -m hltools bench e2e --model qwen3-8b --format w8a8_int8 --rounds 1 \
+            --repeats 5 --output "$O/e2e-8b-int8" --timeout 240
         run e2e-1.7b-fp8 python3 -m hltools bench e2e --model qwen3-1.7b --format fp8_dynamic --rounds 1 \
-            --repeats 5 --output "$O/e2e-1.7b-fp8" --timeout $(($(left) / 2 - 10))
+            --repeats 5 --output "$O/e2e-1.7b-fp8" --timeout 200
     ) &
     wait
+    ;;
+E1) # the one-GPU kind: Qwen3-8B FP8_Dynamic, cold and warm
+    run e2e-8b-fp8 python3 -m hltools bench e2e --model qwen3-8b --format fp8_dynamic --rounds 2 \
+        --repeats 5 --output "$O/e2e-8b-fp8" --timeout 240
     ;;
 esac
 echo "phase $phase done in $(($(date +%s) - START)) s" | tee -a "$O/lanes.txt"
