@@ -5,6 +5,7 @@ if [ -d dist ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/hl dist/*.whl
   export PYTHONPATH=/tmp/hl:${PYTHONPATH:-}
   export PATH=/tmp/hl/bin:$PATH
+  if [ -f dist/COMMIT ]; then export HL_COMMIT=$(cat dist/COMMIT); fi  # provenance of result rows
 fi
 if [ -d .noxwhl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/noxsite .noxwhl/*.whl

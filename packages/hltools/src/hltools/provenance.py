@@ -20,11 +20,16 @@ def versions() -> dict[str, str]:
 
 
 def git_commit() -> str | None:
-    """HEAD of the checkout this package runs from (None for an installed wheel or without git)."""
+    """HEAD of the checkout this package runs from; for an installed wheel (no checkout) the
+    ``HL_COMMIT`` environment variable (``ci/gpu/setup.sh`` sets it from ``dist/COMMIT``, written
+    when the wheels are built); None when neither says."""
+    import os
+
+    env = os.environ.get("HL_COMMIT", "").strip() or None
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
         )
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+        return env
+    return (out.stdout.strip() or env) if out.returncode == 0 else env
