@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from hlcore.scaled_mm_config import default_scaled_mm_config
 from hltools import bench
 from hltools.bench import BenchResult, BenchShape, Candidate
 from hltools.timing import Timing
@@ -203,7 +204,12 @@ def test_loop_with_helion_and_fallback_chain():
     assert set(timer.seen) == {3}  # every timed graph rotates over the 3 weight copies
     helion = [r for r in results if r.provider == "helion"]
     vllm = [r for r in results if r.provider == "vllm"]
-    assert all(r.kernel == "helion scaled_mm" and r.ok and r.config == "heuristic" for r in helion)
+    assert all(r.kernel == "helion scaled_mm" and r.ok for r in helion)
+    assert [r.config for r in helion] == [  # where the config came from, then the config itself
+        "heuristic "
+        + json.dumps(default_scaled_mm_config(r.m, 32, 128), sort_keys=True, separators=(",", ":"))
+        for r in helion
+    ]
     assert all(r.rel_err < 1e-2 for r in helion)
     assert all(r.kernel == "reference" and r.ok and r.rel_err == 0 for r in vllm)
     for r in vllm:

@@ -1,9 +1,11 @@
 """``hltools configs from-bench`` on the CPU: entries from fake benchmark rows (win, loss,
 conflicting duplicates, failed rows), the written file (accepted by the loader, picks carry the
 fallback mark), metadata from the rows, a file of another GPU / helion version refused without
---force."""
+--force; the Helion row's ``"<label> <JSON>"`` config round trip, label-only rows resolved with
+--config-dir (as the picker does), --only-new."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +15,7 @@ from hlcore import scaled_mm_config as smc
 from hlcore.scaled_mm_config import default_scaled_mm_config, pick_scaled_mm_config
 from hltools import bench
 from hltools.bench import BenchResult
-from hltools.bench_configs import entries_from_bench, measured_config
+from hltools.bench_configs import entries_from_bench, measured_config, pick_from_config_dir
 from hltools.cli import app
 
 runner = CliRunner()
@@ -98,6 +100,18 @@ def test_measured_config_labels():
     r = _pair(9.0, 10.0, m=3, n=512, k=1024)[0]
     assert measured_config(r) == (default_scaled_mm_config(3, 512, 1024), "heuristic")
     r.config = "exact"
+    config, reason = measured_config(r)
+    assert config is None and "'exact'" in reason and "--config-dir" in reason
+    compact = json.dumps(TUNED, separators=(",", ":"))
+    r.config = f"exact (marked fallback) {compact}"  # what hltools bench kernels writes now
+    assert measured_config(r) == (TUNED, "exact")
+    r.config = f"nearest {json.dumps(TUNED)}"
+    assert measured_config(r) == (TUNED, "nearest")
+    r.config = f"heuristic {compact}"  # the JSON wins over the label
+    assert measured_config(r) == (TUNED, "heuristic")
+    r.config = f"{compact} (marked fallback)"  # old: JSON alone
+    assert measured_config(r) == (TUNED, "measured config")
+    r.config = "exact {not json"
     assert measured_config(r)[0] is None
 
 
@@ -128,7 +142,7 @@ def test_cli_writes_a_loadable_file_with_fallback_marks(tmp_path, picks, monkeyp
     out = tmp_path / "out"
     result = runner.invoke(app, ["configs", "from-bench", str(a), str(b), "--output", str(out)])
     assert result.exit_code == 0, result.output
-    assert "3 keys, 2 marked fallback" in " ".join(result.output.split())
+    assert "3 keys written (2 marked fallback), 0 kept" in " ".join(result.output.split())
     path = out / "scaled_mm" / "nvidia_h200.json"
     cf = cs.load_config_file(path, helion_version="1.5.0")
     assert cf is not None and len(cf.entries) == 3
@@ -183,3 +197,172 @@ def test_cli_refuses_rows_of_two_gpus(tmp_path):
     result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(tmp_path / "out")])
     assert result.exit_code == 2 and "several GPU" in result.output
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# The Helion row's config: "<label> <JSON>" round trip; label-only rows with --config-dir
+# --------------------------------------------------------------------------------------------
+OTHER = {"block_sizes": [32, 64, 128], "num_warps": 4, "num_stages": 4, "split_k": 1, "swap_ab": True}
+DEFAULT = {"block_sizes": [64, 64, 128], "num_warps": 4, "num_stages": 2, "split_k": 1, "swap_ab": False}
+
+
+def _config_file(root, helion="1.5.0"):
+    """``<root>/scaled_mm/nvidia_h200.json``: fp8_dynamic (N=6144, K=4096) at M=1 (TUNED, marked)
+    and M=8 (OTHER), and a default entry (DEFAULT)."""
+    entries = [
+        cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1), dict(TUNED), True),
+        cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 8), dict(OTHER)),
+        cs.ConfigEntry({}, dict(DEFAULT)),
+    ]
+    path = cs.config_file_path("scaled_mm", "nvidia_h200", root)
+    cs.save_config_file(path, entries, {"gpu": "nvidia_h200", "helion": helion})
+    return path
+
+
+def test_helion_row_config_says_source_and_config(tmp_path, picks, monkeypatch):
+    """bench's Helion row: the picker's label then the config that _helion_prepare runs, as compact
+    JSON; from-bench reads that config back."""
+    _config_file(tmp_path / "out")
+    monkeypatch.setattr(smc, "current_gpu_name", lambda device=None: "nvidia_h200")  # "an H200"
+    inputs = SimpleNamespace(fmt="fp8_dynamic", n=6144, k=4096, device="cuda")
+    compact = '{"block_sizes":[16,64,128],"num_stages":3,"num_warps":8,"split_k":2,"swap_ab":true}'
+    assert bench._helion_config(inputs, 1) == f"exact (marked fallback) {compact}"
+    other = json.dumps(OTHER, sort_keys=True, separators=(",", ":"))
+    assert bench._helion_config(inputs, 4) == f"same_shape {other}"
+    assert bench._helion_config(SimpleNamespace(fmt="block_fp8", n=6144, k=4096, device="cuda"), 2) == (
+        "default " + json.dumps(DEFAULT, sort_keys=True, separators=(",", ":"))
+    )
+    # the config in the label is the one the timed calls run
+    from hlcore import scaled_mm as sm
+
+    ran = []
+    monkeypatch.setattr(sm, "scaled_mm", lambda *a, config, **kw: ran.append(config))
+    one_copy = SimpleNamespace(
+        **vars(inputs), a=[0] * 4, scale_a=[0] * 4, block_size=None, out_dtype=None, weights=[(0, 0)]
+    )
+    for m in (1, 4):
+        (call,) = bench._helion_prepare(one_copy)(m)
+        call()
+        label = bench._helion_config(inputs, m)
+        assert json.loads(ran[-1]) == json.loads(label[label.index("{") :])
+    assert json.loads(ran[0]) == TUNED and json.loads(ran[1]) == OTHER
+
+    # round trip through from-bench (M=4 is a new key: its config is M=8's)
+    rows = _pair(11.0, 10.0, m=1, config=bench._helion_config(inputs, 1))
+    rows += _pair(9.0, 10.0, m=4, config=bench._helion_config(inputs, 4))
+    a = _write_bench(tmp_path / "a.json", rows)
+    out = tmp_path / "new"
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
+    one, four = (cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m)) for m in (1, 4))
+    assert (one.config, one.fallback, one.stats["config_source"]) == (TUNED, True, "exact")
+    assert (four.config, four.fallback, four.stats["config_source"]) == (OTHER, False, "same_shape")
+
+
+def test_pick_from_config_dir_is_the_picker(tmp_path, picks):
+    """For every kind of pick, the same config, source, key and mark as pick_scaled_mm_config on
+    "an H200" with HL_CONFIG_DIR = that directory."""
+    path = _config_file(tmp_path / "out")
+    points = [("fp8_dynamic", 6144, 4096, m) for m in (1, 2, 8, 64)]
+    points += [("fp8_dynamic", 5120, 4096, 2), ("fp8_dynamic", 6144, 8192, 1), ("w8a8_int8", 6144, 4096, 1)]
+    sources = set()
+    for fmt, n, k, m in points:
+        want = picks(fmt, n, k, m)
+        got, why = pick_from_config_dir(tmp_path / "out", "NVIDIA H200", "1.5.0", fmt, m, n, k)
+        assert got == want and why == "" and got.path == str(path)
+        sources.add(got.source)
+    assert sources == {"exact", "same_shape", "nearest", "default"}
+    # the rows' helion, not this machine's: a file of helion 1.4.0 is what a 1.4.0 benchmark ran
+    _config_file(tmp_path / "old", helion="1.4.0")
+    got, _ = pick_from_config_dir(tmp_path / "old", "NVIDIA H200", "1.4.0", "fp8_dynamic", 1, 6144, 4096)
+    assert (got.source, got.config, got.fallback) == ("exact", TUNED, True)
+    got, why = pick_from_config_dir(tmp_path / "old", "NVIDIA H200", "1.5.0", "fp8_dynamic", 1, 6144, 4096)
+    assert got.source == "heuristic" and "tuned with helion 1.4.0" in why
+    got, why = pick_from_config_dir(tmp_path / "none", "NVIDIA H200", "1.5.0", "fp8_dynamic", 1, 6144, 4096)
+    assert got.config == default_scaled_mm_config(1, 6144, 4096) and "no " in why
+
+
+def _label_only_rows():
+    """Rows of an older benchmark that ran with _config_file (labels only), and one row whose label
+    that file does not give (M=16: the picker gives same_shape, M=8's entry)."""
+    return (
+        _pair(11.0, 10.0, m=1, config="exact (marked fallback)")
+        + _pair(9.0, 10.0, m=4, config="same_shape")
+        + _pair(8.0, 10.0, m=2, n=5120, config="nearest")
+        + _pair(9.0, 10.0, m=2, fmt="block_fp8", config="default")
+        + _pair(9.0, 10.0, m=16, config="exact")
+    )
+
+
+def test_cli_resolves_label_only_rows_with_config_dir(tmp_path, picks, monkeypatch):
+    ran = tmp_path / "ran"
+    _config_file(ran)
+    a = _write_bench(tmp_path / "a.json", _label_only_rows())
+    out = tmp_path / "out"
+    args = ["configs", "from-bench", str(a), "--output", str(out), "--config-dir", str(ran)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "4 keys written (1 marked fallback), 0 kept" in text and "1 rows skipped" in text
+    assert "'exact', but" in text and "gives 'same_shape'" in text  # M=16: not the file it ran with
+    cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
+    got = {(e.key["format"], e.key["n"], e.key["m"]): e for e in cf.entries.values()}
+    assert set(got) == {
+        ("fp8_dynamic", 6144, 1),
+        ("fp8_dynamic", 6144, 4),
+        ("fp8_dynamic", 5120, 2),
+        ("block_fp8", 6144, 2),
+    }
+    assert got["fp8_dynamic", 6144, 1].config == TUNED and got["fp8_dynamic", 6144, 1].fallback
+    assert got["fp8_dynamic", 6144, 4].config == OTHER  # same_shape: M=8's
+    assert got["fp8_dynamic", 5120, 2].config == OTHER  # nearest N=6144, then M'=8 >= 2
+    assert got["block_fp8", 6144, 2].config == DEFAULT
+    path = str(cs.config_file_path("scaled_mm", "nvidia_h200", ran))
+    assert got["fp8_dynamic", 6144, 4].stats["config_source"] == f"same_shape in {path}"
+    # exactly what the picker returns with that directory
+    monkeypatch.setenv("HL_CONFIG_DIR", str(ran))
+    smc.clear_scaled_mm_config_cache()
+    for (fmt, n, m), e in got.items():
+        assert e.config == picks(fmt, n, 4096, m).config
+    assert cf.metadata["command"].endswith(f"--config-dir {ran}")
+
+
+def test_cli_skips_label_only_rows_without_config_dir(tmp_path):
+    a = _write_bench(tmp_path / "a.json", _label_only_rows())
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "nothing written" in text and text.count("the row did not record (--config-dir DIR") == 5
+    assert not out.exists()
+
+
+def test_cli_only_new_keeps_existing_keys(tmp_path):
+    out = tmp_path / "out"
+    path = cs.config_file_path("scaled_mm", "nvidia_h200", out)
+    old = cs.ConfigEntry(
+        cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1), dict(TUNED), True, {"source": "autotune"}
+    )
+    cs.save_config_file(path, [old], {"gpu": "nvidia_h200", "helion": "1.5.0"})
+    a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2))
+    args = ["configs", "from-bench", str(a), "--output", str(out)]
+    result = runner.invoke(app, [*args, "--only-new"])
+    assert result.exit_code == 0, result.output
+    assert "1 keys written (1 marked fallback), 1 kept" in " ".join(result.output.split())
+    cf = cs.read_config_file(path)
+    one, two = (cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m)) for m in (1, 2))
+    assert one == old  # config, fallback mark and stats untouched
+    assert two.config == default_scaled_mm_config(2, 6144, 4096) and two.fallback
+    assert cf.metadata["command"].endswith("--only-new")
+    # nothing new: the file is not rewritten
+    before = path.read_text()
+    result = runner.invoke(app, [*args, "--only-new"])
+    assert result.exit_code == 0, result.output
+    assert "0 keys written (0 marked fallback), 2 kept" in " ".join(result.output.split())
+    assert path.read_text() == before
+    # default: the benchmark's entries replace the file's
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    one = cs.read_config_file(path).get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1))
+    assert one.config == default_scaled_mm_config(1, 6144, 4096) and not one.fallback

@@ -83,7 +83,10 @@ class BenchResult:
     provider's output vs the fp32 dequantized reference (weight copy 0; DeepGEMM's includes vLLM's
     UE8M0 re-quantization of the weight, about 2.6e-2); ``ok``: ran, timed, and (for
     Helion) within the hlcore.testing tolerance. ``config``: for Helion, where the config came from
-    (``exact``, ``nearest``, ``heuristic``...)."""
+    and what it was: ``"<source> <compact JSON>"``, e.g. ``exact {"block_sizes":[16,64,128],...}``
+    (source: the picker's ``exact``, ``nearest``, ``heuristic``..., plus `` (marked fallback)``
+    when the picked entry is marked); results of older benchmarks hold only the source (or only
+    the JSON)."""
 
     model: str
     layer: str
@@ -332,9 +335,17 @@ def _helion_pick(inputs: GemmInputs, m: int):
     return pick_scaled_mm_config(inputs.fmt, m, inputs.n, inputs.k, device=inputs.device)
 
 
+def helion_config_label(pick) -> str:
+    """``"<source>[ (marked fallback)] <config as compact JSON>"`` of a
+    :class:`hlcore.scaled_mm_config.ScaledMMConfigPick`: where the config came from and what it
+    was (``hltools configs from-bench`` reads the config back from the JSON)."""
+    label = pick.source + (" (marked fallback)" if pick.fallback else "")
+    config = json.loads(pick.config_json)  # the config _helion_prepare runs (the same pick)
+    return f"{label} {json.dumps(config, sort_keys=True, separators=(',', ':'))}"
+
+
 def _helion_config(inputs: GemmInputs, m: int) -> str:
-    pick = _helion_pick(inputs, m)
-    return pick.source + (" (marked fallback)" if pick.fallback else "")
+    return helion_config_label(_helion_pick(inputs, m))
 
 
 HELION = Candidate("helion", "helion scaled_mm", FORMATS, _helion_prepare, _helion_config)

@@ -14,11 +14,16 @@ Rules:
 * A key needs a Helion row that ran (``ok``, a median, a known config) and a vLLM row with a
   median at the same point (model, layer, format, N, K, M, TP, out dtype); anything else is
   skipped with a reason (returned in ``skipped`` and logged).
-* The measured config: the row's ``config`` text is either the config's JSON, or the label of
-  where the picker took it from. ``heuristic`` means
+* The measured config (:func:`measured_config`): the row's ``config`` text is ``"<label> <JSON>"``
+  (what ``hltools bench kernels`` writes: where the picker took the config from, then the config
+  itself), the config's JSON alone, or (older benchmarks) the label alone. With JSON, the JSON is
+  the config. ``heuristic`` alone means
   :func:`hlcore.scaled_mm_config.default_scaled_mm_config` for that (M, N, K) (deterministic:
-  what the benchmark ran when no config file existed); other labels (``exact``, ``nearest``...)
-  name a config from a file the row did not record, so those rows are skipped.
+  what the benchmark ran when no config file existed). Other labels alone (``exact``,
+  ``nearest``...) name an entry of the config file the benchmark ran with: given that file's
+  config directory (``--config-dir``), the entry is found again by the picker's rules for the rows'
+  GPU and helion version (:func:`pick_from_config_dir`), and the row is used only when that pick
+  has the row's label; without it those rows are skipped.
 * The same key measured more than once (two models or layers with one shape, two result files):
   conservative, ``fallback`` when ANY measurement has Helion slower than vLLM; ``stats`` then
   report the measurement with the worst Helion/vLLM ratio, and ``measurements`` how many there
@@ -30,6 +35,7 @@ benchmark's own repeat-to-repeat noise is not subtracted (a near-tie can go eith
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -46,15 +52,24 @@ from rich.table import Table
 from hlcore.config_store import (
     SCALED_MM_KERNEL,
     ConfigEntry,
+    ConfigFile,
     ConfigFileError,
     canonical_gpu_name,
     config_file_path,
+    gpu_name_candidates,
+    installed_helion_version,
     metadata_mismatch,
     read_config_file,
     save_config_file,
     scaled_mm_key,
 )
-from hlcore.scaled_mm_config import SCALED_MM_FORMATS, check_scaled_mm_config, default_scaled_mm_config
+from hlcore.scaled_mm_config import (
+    SCALED_MM_FORMATS,
+    ScaledMMConfigPick,
+    check_scaled_mm_config,
+    default_scaled_mm_config,
+    select_scaled_mm_entry,
+)
 
 if TYPE_CHECKING:
     from hltools.bench import BenchResult
@@ -88,27 +103,102 @@ def _label(r: BenchResult) -> str:
     return f"{r.model} {r.layer} {r.format} N={r.n} K={r.k} M={r.m} tp{r.tp}"
 
 
-def measured_config(r: BenchResult) -> tuple[dict[str, Any] | None, str]:
-    """``(config, source)`` of a Helion row: its JSON config, or the heuristic default for
-    ``heuristic``; ``(None, reason)`` when the row does not say which config ran."""
-    text = (r.config or "").strip()
-    if text.endswith(MARKED_SUFFIX):
-        text = text[: -len(MARKED_SUFFIX)].strip()
-    if text.startswith("{"):
+@functools.lru_cache(maxsize=16)
+def _read_file(path: str, mtime_ns: int, size: int) -> ConfigFile:
+    """:func:`read_config_file`, once per version of the file (mtime and size in the key)."""
+    return read_config_file(path)
+
+
+def pick_from_config_dir(
+    config_dir: str | Path, gpu: str, helion: str | None, fmt: str, m: int, n: int, k: int
+) -> tuple[ScaledMMConfigPick, str]:
+    """``(pick, why)``: what :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` returns for
+    ``(fmt, M, N, K)`` on GPU ``gpu`` with ``HL_CONFIG_DIR=config_dir`` and helion ``helion``
+    installed (the benchmark's; None: this machine's), whatever GPU and helion this machine has.
+
+    The picker's own steps, with its public parts: the first usable file among the GPU's names
+    (exact variant, then family; another helion version or a malformed file is passed over),
+    entries with an invalid config dropped, :func:`select_scaled_mm_entry`, else the file's default
+    entry, else the heuristic. ``why``: for a heuristic pick, why no file was used (else "")."""
+    helion = helion or installed_helion_version()
+    passed_over = []
+    for name in gpu_name_candidates(gpu):
+        path = config_file_path(SCALED_MM_KERNEL, name, config_dir)
         try:
-            config = json.loads(text)
+            st = path.stat()
+            cf = _read_file(str(path), st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            passed_over.append(f"no {path}")
+            continue
+        except Exception as exc:  # noqa: BLE001 (the picker passes over any unreadable file)
+            passed_over.append(f"{path}: {exc}")
+            continue
+        if reason := metadata_mismatch(cf.metadata, name, helion):
+            passed_over.append(f"{path}: {reason}")
+            continue
+        usable = {i: e for i, e in cf.entries.items() if check_scaled_mm_config(e.config) is None}
+        entry, source = select_scaled_mm_entry(usable.values(), fmt, m, n, k)
+        if entry is None and () in usable:
+            entry, source = usable[()], "default"
+        if entry is not None:
+            config_json = json.dumps(entry.config, sort_keys=True)
+            return ScaledMMConfigPick(config_json, source, entry.id, entry.fallback, str(path)), ""
+        why = f"{path} has no usable {fmt} entry and no default entry"
+        break  # the picker does not look further than the first usable file
+    else:
+        why = "; ".join(passed_over)
+    return ScaledMMConfigPick(json.dumps(default_scaled_mm_config(m, n, k), sort_keys=True), HEURISTIC), why
+
+
+def measured_config(r: BenchResult, *, config_dir: Path | None = None) -> tuple[dict[str, Any] | None, str]:
+    """``(config, source)`` of a Helion row (rules: module docstring), or ``(None, reason)`` when
+    the row does not say which config ran.
+
+    ``config`` text: ``"<label> <JSON>"`` (``label`` may end in `` (marked fallback)``), the JSON
+    alone (old; may end in the marked suffix), ``heuristic``, or another label alone: then,
+    given ``config_dir`` (the config directory the benchmark ran with), the entry the picker
+    takes from its file for the row's GPU (:func:`pick_from_config_dir`), when its label is the
+    row's. ``source``: the label (``measured config`` for JSON alone; ``... in <file>`` when
+    resolved from ``config_dir``)."""
+    text = (r.config or "").strip().removesuffix(MARKED_SUFFIX).strip()
+    label, brace, rest = text.partition("{")
+    label = label.strip().removesuffix(MARKED_SUFFIX).strip()
+    if brace:
+        try:
+            config = json.loads(brace + rest)
         except json.JSONDecodeError as exc:
             return None, f"config is not valid JSON ({exc})"
-        return (config, "measured config") if isinstance(config, dict) else (None, "config is not an object")
-    if text == HEURISTIC:
+        if not isinstance(config, dict):
+            return None, "config is not an object"
+        return config, label or "measured config"
+    if label == HEURISTIC:
         return default_scaled_mm_config(r.m, r.n, r.k), HEURISTIC
-    return None, f"config {text or '(empty)'!r} names a config file's entry that the row did not record"
+    if not label:
+        return None, "the row records no config"
+    if config_dir is None:
+        return None, (
+            f"config {label!r} names a config file's entry that the row did not record "
+            "(--config-dir DIR: the config directory the benchmark ran with)"
+        )
+    if not r.gpu:
+        return None, f"config {label!r}: the row does not name its GPU"
+    pick, why = pick_from_config_dir(config_dir, r.gpu, r.helion or None, r.format, r.m, r.n, r.k)
+    if pick.source != label:
+        where = pick.path or why or str(config_dir)
+        return None, (
+            f"config {label!r}, but {config_dir} gives {pick.source!r} there ({where}): "
+            "not the config file the benchmark ran with"
+        )
+    return pick.config, f"{label} in {pick.path}"
 
 
-def entries_from_bench(results: Iterable[BenchResult], skipped: list[str] | None = None) -> list[ConfigEntry]:
+def entries_from_bench(
+    results: Iterable[BenchResult], skipped: list[str] | None = None, *, config_dir: Path | None = None
+) -> list[ConfigEntry]:
     """One :class:`ConfigEntry` per (format, N, K, M) with a usable Helion row and a timed vLLM
     row (rules: module docstring), sorted by key. Reasons for skipped rows are appended to
-    ``skipped`` (when given) and logged."""
+    ``skipped`` (when given) and logged. ``config_dir``: the config directory the benchmark ran
+    with, to resolve label-only rows (:func:`measured_config`)."""
     skipped = skipped if skipped is not None else []
     results = list(results)
 
@@ -139,7 +229,7 @@ def entries_from_bench(results: Iterable[BenchResult], skipped: list[str] | None
         if base is None:
             skip(f"{_label(r)}: no timed vLLM row at this point")
             continue
-        config, source = measured_config(r)
+        config, source = measured_config(r, config_dir=config_dir)
         if config is None:
             skip(f"{_label(r)}: {source}")
             continue
@@ -246,6 +336,26 @@ def from_bench(
     output: Annotated[
         Path, typer.Option(help="Config directory: writes `<output>/scaled_mm/<gpu>.json` (merged).")
     ] = Path("configs"),
+    config_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--config-dir",
+            metavar="DIR",
+            exists=True,
+            file_okay=False,
+            help="The config directory the benchmark ran with: label-only rows of older benchmarks "
+            "(`exact`, `nearest`...) are resolved with the picker against its file for the rows' GPU "
+            "(else they are skipped).",
+        ),
+    ] = None,
+    only_new: Annotated[
+        bool,
+        typer.Option(
+            "--only-new",
+            help="Keys already in the output file are left untouched (config, fallback mark, stats); "
+            "default: the benchmark's entries replace them.",
+        ),
+    ] = False,
     force: Annotated[
         bool,
         typer.Option(help="Replace an existing file whose metadata names another GPU or helion version."),
@@ -272,6 +382,8 @@ def from_bench(
         results += rows
     command = shlex.join(
         ["hltools", "configs", "from-bench", *map(str, kernels_json), "--output", str(output)]
+        + (["--config-dir", str(config_dir)] if config_dir is not None else [])
+        + (["--only-new"] if only_new else [])
         + (["--force"] if force else [])
     )
     try:
@@ -280,7 +392,7 @@ def from_bench(
         console.print(f"[bold red]{exc}")
         raise typer.Exit(2) from None
     skipped: list[str] = []
-    entries = entries_from_bench(results, skipped)
+    entries = entries_from_bench(results, skipped, config_dir=config_dir)
     if not entries:
         console.print("[bold red]no usable (Helion, vLLM) pair in the benchmark rows; nothing written")
         for reason in skipped:
@@ -289,9 +401,12 @@ def from_bench(
 
     path = config_file_path(SCALED_MM_KERNEL, metadata["gpu"], output)
     merge = True
+    present: set = set()  # keys of the file that is merged into
     if path.exists():
         try:
-            reason = metadata_mismatch(read_config_file(path).metadata, metadata["gpu"], metadata["helion"])
+            current = read_config_file(path)
+            reason = metadata_mismatch(current.metadata, metadata["gpu"], metadata["helion"])
+            present = set(current.entries)
         except ConfigFileError as exc:
             reason = str(exc)
         if reason:
@@ -300,21 +415,26 @@ def from_bench(
                     f"[bold red]{path}: {reason}; rerun with --force to replace it (or pick another --output)"
                 )
                 raise typer.Exit(2)
-            merge = False  # as autotune --force: the file is started afresh
-    save_config_file(path, entries, metadata, merge=merge)
+            merge, present = False, set()  # as autotune --force: the file is started afresh
+    kept = [e for e in entries if e.id in present] if only_new else []
+    written = [e for e in entries if not (only_new and e.id in present)]
+    if written:
+        save_config_file(path, written, metadata, merge=merge)
 
     table = Table(title=f"{path}: from {', '.join(map(str, kernels_json))}")
-    for col in ("format", "keys", "fallback", "Helion faster"):
+    for col in ("format", "written", "fallback", "Helion faster", "kept"):
         table.add_column(col, justify="left" if col == "format" else "right")
     for fmt in dict.fromkeys(e.key["format"] for e in entries):
-        fe = [e for e in entries if e.key["format"] == fmt]
-        marked = sum(e.fallback for e in fe)
-        table.add_row(str(fmt), str(len(fe)), str(marked), str(len(fe) - marked))
+        fw = [e for e in written if e.key["format"] == fmt]
+        marked = sum(e.fallback for e in fw)
+        fk = sum(e.key["format"] == fmt for e in kept)
+        table.add_row(str(fmt), str(len(fw)), str(marked), str(len(fw) - marked), str(fk))
     console.print(table)
     for reason in skipped:
         console.print(f"skipped {reason}", markup=False, highlight=False, style="yellow")
-    total_marked = sum(e.fallback for e in entries)
+    total_marked = sum(e.fallback for e in written)
     console.print(
-        f"{len(entries)} keys, {total_marked} marked fallback, {len(skipped)} rows skipped -> {path}",
+        f"{len(written)} keys written ({total_marked} marked fallback), {len(kept)} kept (already in "
+        f"the file), {len(skipped)} rows skipped -> {path}" + ("" if written else " (unchanged)"),
         style="bold green",
     )
