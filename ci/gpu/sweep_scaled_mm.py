@@ -34,10 +34,12 @@ def candidates(fmt: str) -> dict[str, dict]:
     """Named configs: split_k=1 narrow tiles (no atomics, no zero-fill launch), split-K, TMA, warps."""
     c = {}
 
-    def add(name, bm, bn, bk, sk, swap, st, nw=4, ix=None):
+    def add(name, bm, bn, bk, sk, swap, st, nw=4, ix=None, pid=None):
         cfg = {"block_sizes": [bm, bn, bk], "split_k": sk, "swap_ab": swap, "num_stages": st, "num_warps": nw}
         if ix:
             cfg["indexing"] = ix
+        if pid:
+            cfg["pid_type"] = pid
         c[name] = cfg
 
     for bn in (16, 32, 64):
@@ -61,6 +63,12 @@ def candidates(fmt: str) -> dict[str, dict]:
         c[f"s{sk}_n64_k128_sw_ws"]["split_k_workspace"] = True
     add("s4_n128_k128_sw_tma", 16, 128, 128, 4, True, 4, ix="tensor_descriptor")
     add("s2_n32_k256_tma", 16, 32, 256, 2, False, 4, ix="tensor_descriptor")
+    # persistent programs (one per SM, looping over tiles): no partial last wave. GPU only (Helion
+    # asks the device for its SM count; they do not run in the CPU interpreters), untimed so far.
+    for pid, tag in (("persistent_interleaved", "pi"), ("persistent_blocked", "pb")):
+        add(f"s1_n64_k128_sw_{tag}", 16, 64, 128, 1, True, 6, pid=pid)
+        add(f"s1_n32_k256_{tag}", 16, 32, 256, 1, False, 4, pid=pid)
+        add(f"s4_n64_k128_sw_{tag}", 16, 64, 128, 4, True, 4, pid=pid)
     if fmt == "block_fp8":  # the inner K tile is the 128 block: block_k is unused, drop duplicates
         seen, out = set(), {}
         for name, cfg in c.items():
