@@ -6,20 +6,25 @@ import torch
 
 @pytest.fixture
 def hl_env(monkeypatch):
-    """Enable the backend for one test and restore vLLM's kernel list, its out-of-tree op table
-    (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8), its hashed env factors (``register()``
-    adds hlvllm's compile-cache entry) and hlvllm's state after."""
+    """Enable the backend for one test and restore vLLM's FP8, INT8 and block-FP8 kernel lists, its
+    out-of-tree op table (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8), its hashed env
+    factors (``register()`` adds hlvllm's compile-cache entry) and hlvllm's state after."""
     from vllm import envs
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.kernels import linear as vllm_linear
     from vllm.platforms import PlatformEnum
 
     import hlvllm.plugin as plugin
-    from hlvllm import aux_ops, dispatch
+    from hlvllm import aux_ops, dispatch, support
     from hlvllm.compile_cache import COMPILE_FACTOR
     from hlvllm.settings import get_settings
 
-    saved = list(vllm_linear._POSSIBLE_FP8_KERNELS.get(PlatformEnum.CUDA, []))
+    tables = (
+        vllm_linear._POSSIBLE_FP8_KERNELS,
+        vllm_linear._POSSIBLE_INT8_KERNELS,
+        vllm_linear._POSSIBLE_FP8_BLOCK_KERNELS,
+    )
+    saved = [list(table.get(PlatformEnum.CUDA, [])) for table in tables]
     saved_oot = dict(op_registry_oot)
     saved_factor = envs.environment_variables.pop(COMPILE_FACTOR, None)
     monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
@@ -27,8 +32,10 @@ def hl_env(monkeypatch):
     get_settings.cache_clear()
     dispatch.reset()
     aux_ops.reset()
+    support._declined.clear()
     yield monkeypatch
-    vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] = saved
+    for table, kernels in zip(tables, saved, strict=True):
+        table[PlatformEnum.CUDA] = kernels
     op_registry_oot.clear()
     op_registry_oot.update(saved_oot)
     envs.environment_variables.pop(COMPILE_FACTOR, None)
@@ -37,6 +44,7 @@ def hl_env(monkeypatch):
     get_settings.cache_clear()
     dispatch.reset()
     aux_ops.reset()
+    support._declined.clear()
 
 
 @pytest.fixture

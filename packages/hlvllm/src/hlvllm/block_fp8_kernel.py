@@ -31,7 +31,7 @@ from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
 )
 from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
-from hlvllm.support import announce, cudagraph_capture_limit, helion_supported
+from hlvllm.support import announce, cudagraph_capture_limit, helion_supported, warn_if_declined
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -62,10 +62,12 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
     """Block_FP8 (1x128 activation groups x 128x128 weight blocks) with hybrid dispatch."""
 
     @classmethod
+    @warn_if_declined
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
         return helion_supported(compute_capability)
 
     @classmethod
+    @warn_if_declined
     def can_implement(cls, config: FP8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
         ok, reason = super().can_implement(config)
         if not ok:

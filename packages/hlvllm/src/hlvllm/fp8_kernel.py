@@ -18,7 +18,7 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (
     kFp8StaticChannelSym,
 )
 
-from hlvllm.support import announce, cudagraph_capture_limit, helion_supported
+from hlvllm.support import announce, cudagraph_capture_limit, helion_supported, warn_if_declined
 
 SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -27,10 +27,12 @@ class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
     """FP8_Dynamic (per-token fp8 activations x per-channel fp8 weights) with hybrid dispatch."""
 
     @classmethod
+    @warn_if_declined
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
         return helion_supported(compute_capability)
 
     @classmethod
+    @warn_if_declined
     def can_implement(cls, c: FP8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
         if c.activation_quant_key != kFp8DynamicTokenSym:
             return False, f"supports dynamic per-token fp8 activations only; got {c.activation_quant_key}"

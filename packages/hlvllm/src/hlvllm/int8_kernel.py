@@ -18,17 +18,19 @@ from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassInt8Scal
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import Int8ScaledMMLinearLayerConfig
 
 from hlvllm.settings import get_settings
-from hlvllm.support import announce, cudagraph_capture_limit, helion_supported
+from hlvllm.support import announce, cudagraph_capture_limit, helion_supported, warn_if_declined
 
 
 class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
     """W8A8_INT8 (dynamic symmetric per-token int8 x per-channel int8) with hybrid dispatch."""
 
     @classmethod
+    @warn_if_declined
     def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
         return helion_supported(compute_capability)
 
     @classmethod
+    @warn_if_declined
     def can_implement(cls, c: Int8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
         if c.is_static_input_scheme:
             return (

@@ -4,6 +4,8 @@ A kernel is used only with the backend enabled (``HL_LINEAR_BACKEND=helion``), o
 (H100/H200, where the shipped configs are tuned), with helion importable and with CUDA graphs on
 (Helion's host call costs tens of µs, so it only pays under graph replay). Each check returns
 ``(ok, reason)`` as vLLM's ``is_supported`` / ``can_implement`` do; the reason names the fix.
+vLLM's chooser keeps a declined kernel's reason to itself whenever a later kernel takes the layer,
+so the kernels' checks are wrapped in :func:`warn_if_declined`: one warning per reason.
 """
 
 from __future__ import annotations
@@ -16,6 +18,29 @@ from hlvllm.settings import get_settings
 
 logger = logging.getLogger("vllm.hlvllm")
 _announced: set[str] = set()
+_declined: set[tuple[str, str]] = set()  # (kernel class, reason) already warned about
+
+
+def warn_if_declined(check):
+    """Wrap a kernel's ``is_supported`` / ``can_implement`` (under ``@classmethod``): when it declines
+    with the backend on, log ONE warning per (kernel, reason) and process naming the reason, then
+    return the result unchanged (vLLM then tries its next kernel)."""
+
+    @functools.wraps(check)
+    def wrapper(cls, *args, **kwargs):
+        ok, reason = check(cls, *args, **kwargs)
+        if not ok and get_settings().enabled and (cls.__name__, str(reason)) not in _declined:
+            _declined.add((cls.__name__, str(reason)))
+            logger.warning(
+                "hlvllm: %s %s; vLLM's own kernel runs for these layers "
+                "(VLLM_DISABLED_KERNELS=%s silences this)",
+                cls.__name__,
+                str(reason).rstrip("."),
+                cls.__name__,
+            )
+        return ok, reason
+
+    return wrapper
 
 
 @functools.cache
