@@ -21,6 +21,10 @@ function context, and ``CompileEnvironment.get_block_id`` raises ``NoCurrentFunc
 config failed this way on the H200). :func:`local_kernel` also makes ``get_block_id`` answer None
 ("not a registered block size") in that situation: the extent cap then ignores the symbolic K chunk,
 which no descriptor uses as its block shape.
+
+Last, with ``HL_KERNEL_CACHE_DIR`` set, :func:`local_kernel` returns the kernel wrapped in
+:class:`hlcore.kernel_cache.CachedKernel` (Helion's generated code cached on disk, so a new process
+skips binding and code generation); unset, the kernel itself, unchanged.
 """
 
 from __future__ import annotations
@@ -78,9 +82,14 @@ def _patch_get_block_id() -> None:
 
 def local_kernel(kernel):
     """Return ``kernel`` (a ``helion.Kernel``) marked as never distributed, with the TMA block-size
-    fix installed (see module docstring)."""
-    if hasattr(kernel, "_compute_is_distributed"):
-        kernel._compute_is_distributed = _never_distributed
-        _patch_is_symm_mem_tensor()
+    fix installed, and wrapped by the on-disk code cache when ``HL_KERNEL_CACHE_DIR`` is set (see
+    module docstring)."""
+    if not hasattr(kernel, "_compute_is_distributed"):
+        _patch_get_block_id()
+        return kernel  # another Helion: no local marking, so no cache either (it keys on that)
+    kernel._compute_is_distributed = _never_distributed
+    _patch_is_symm_mem_tensor()
     _patch_get_block_id()
-    return kernel
+    from hlcore.kernel_cache import cached_kernel
+
+    return cached_kernel(kernel)

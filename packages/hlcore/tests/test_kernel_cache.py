@@ -1,0 +1,340 @@
+"""hlcore.kernel_cache (``HL_KERNEL_CACHE_DIR``): Helion's generated code cached on disk, so a new
+process runs hlcore's kernels without binding or code generation.
+
+Runs in the Triton-interpreter mode (Helion generates real Triton code, TRITON_INTERPRET runs it)
+and on a GPU (``HL_TEST_GPU=1``); in Helion's eager mode (no code generation) the cache is off,
+which is checked, and the rest is skipped."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from hlcore import kernel_cache as kc
+from hlcore import norm
+from hlcore import scaled_mm as sm
+from hlcore.testing import rel_error, tolerance
+
+HELION_MODE = os.environ.get("HELION_INTERPRET") == "1"
+GPU = os.environ.get("HL_TEST_GPU") == "1" and torch.cuda.is_available()
+DEVICE = "cuda" if GPU else "cpu"
+needs_codegen = pytest.mark.skipif(HELION_MODE, reason="HELION_INTERPRET=1 generates no code: cache off")
+
+#: explicit configs (split_k 1: one program writes each output, so results are repeatable bitwise)
+CFG = {"block_sizes": [16, 64, 128], "split_k": 1, "swap_ab": True, "num_warps": 4, "num_stages": 2}
+CFG2 = {"block_sizes": [16, 32, 128], "split_k": 1, "swap_ab": False, "num_warps": 4, "num_stages": 1}
+
+
+def _clear_kernels():
+    sm._kernel_for.cache_clear()
+    norm._kernel_for.cache_clear()
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """``HL_KERNEL_CACHE_DIR`` set for kernels created in the test (and plain kernels after it)."""
+    directory = tmp_path / "kc"
+    monkeypatch.setenv(kc.ENV_VAR, str(directory))
+    monkeypatch.setattr(kc, "_warned", set())
+    _clear_kernels()
+    yield directory
+    _clear_kernels()
+
+
+def _entries(directory, name=None):
+    pattern = f"{name}/*.py" if name else "*/*.py"
+    return sorted(directory.glob(pattern))
+
+
+def _gemm(m=8, out_dtype=torch.bfloat16, config=CFG, seed=1):
+    d = sm.generate_scaled_mm_inputs(m, 64, 256, device=DEVICE, out_dtype=out_dtype, seed=seed)
+    out = sm.scaled_mm(**d, config=config)
+    assert rel_error(out, sm.scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", out_dtype)
+    return out
+
+
+def _rms(m=4, h=256):
+    d = norm.generate_norm_inputs(m, h, device=DEVICE, seed=2)
+    out = norm.rms_norm(d["x"], d["weight"], 1e-6)
+    ref = norm.rms_norm_ref(d["x"], d["weight"], 1e-6)
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2.0**-6, atol=1e-5)
+    return out
+
+
+def _stats_delta(before):
+    after = kc.stats()
+    return {k: after[k] - before[k] for k in after}
+
+
+# --------------------------------------------------------------------------------------------
+# Off unless asked for
+# --------------------------------------------------------------------------------------------
+def test_off_without_the_variable(monkeypatch):
+    monkeypatch.delenv(kc.ENV_VAR, raising=False)
+    _clear_kernels()
+    try:
+        kernel = sm._kernel_for(sm.config_json(CFG, "scaled_mm"))
+        assert not isinstance(kernel, kc.CachedKernel)
+        assert type(kernel).__name__ == "Kernel"
+        monkeypatch.setenv(kc.ENV_VAR, "")
+        assert kc.cached_kernel(kernel) is kernel
+    finally:
+        _clear_kernels()
+
+
+def test_off_in_helion_eager_mode(cache_dir, monkeypatch):
+    """HELION_INTERPRET=1 generates no code: the kernel stays Helion's own, nothing is written."""
+    if HELION_MODE:
+        assert not isinstance(sm._kernel_for(sm.config_json(CFG, "scaled_mm")), kc.CachedKernel)
+        _gemm()
+        _rms()
+        assert not cache_dir.exists()
+    else:
+        kernel = sm._kernel_for(sm.config_json(CFG, "scaled_mm"))
+        assert isinstance(kernel, kc.CachedKernel)
+        monkeypatch.setenv("HELION_INTERPRET", "1")
+        assert kc.cached_kernel(kernel.kernel) is kernel.kernel
+
+
+def test_bare_kernel_for_autotuning_is_not_wrapped(cache_dir):
+    """No fixed config (the autotuning kernel): nothing to cache."""
+    assert not isinstance(sm.scaled_mm_kernel(), kc.CachedKernel)
+
+
+# --------------------------------------------------------------------------------------------
+# Keys (no compile)
+# --------------------------------------------------------------------------------------------
+def test_call_key_is_exact_metadata():
+    x = torch.zeros(8, 256)
+    y = torch.zeros(8, 256)
+    key = kc.call_key((x, y, None, torch.bfloat16, 0, 1e-6))
+    assert key == kc.call_key((torch.ones(8, 256), torch.ones(8, 256), None, torch.bfloat16, 0, 1e-6))
+    assert key != kc.call_key((torch.zeros(1, 256), y, None, torch.bfloat16, 0, 1e-6))  # M
+    assert key != kc.call_key((x.half(), y, None, torch.bfloat16, 0, 1e-6))  # dtype
+    assert key != kc.call_key((torch.zeros(8, 300)[:, :256], y, None, torch.bfloat16, 0, 1e-6))  # stride
+    assert key != kc.call_key((x, x, None, torch.bfloat16, 0, 1e-6))  # the same tensor twice
+    assert key != kc.call_key((x, y, y, torch.bfloat16, 0, 1e-6))  # None vs a tensor
+    assert key != kc.call_key((x, y, None, torch.bfloat16, 128, 1e-6))  # an int's value
+    assert kc.call_key((x, float("nan"))) == kc.call_key((x, float("nan")))
+    assert kc.call_key((x, [1, 2])) is None  # other kinds: Helion's own call
+
+
+def test_stable_repr_has_no_addresses_and_sorted_sets():
+    text = kc.stable_repr({"b": frozenset({3, 1, 2}), "a": [len, torch.Tensor, object()]})
+    assert "0x" not in text
+    assert text == kc.stable_repr({"a": [len, torch.Tensor, object()], "b": frozenset({2, 3, 1})})
+    assert "{1, 2, 3}" in text
+
+
+# --------------------------------------------------------------------------------------------
+# In-process: same results, entries per specialization and config
+# --------------------------------------------------------------------------------------------
+@needs_codegen
+def test_same_results_and_one_entry_per_specialization(cache_dir, monkeypatch):
+    monkeypatch.delenv(kc.ENV_VAR)
+    _clear_kernels()
+    plain_gemm, plain_rms = _gemm(), _rms()
+    assert not isinstance(sm._kernel_for(sm.config_json(CFG, "scaled_mm")), kc.CachedKernel)
+
+    monkeypatch.setenv(kc.ENV_VAR, str(cache_dir))
+    _clear_kernels()
+    assert isinstance(sm._kernel_for(sm.config_json(CFG, "scaled_mm")), kc.CachedKernel)
+    before = kc.stats()
+    assert torch.equal(_gemm(), plain_gemm)
+    assert torch.equal(_rms(), plain_rms)
+    assert _stats_delta(before) == {"disk_hits": 0, "misses": 2, "writes": 2, "errors": 0}
+    gemm_files, rms_files = _entries(cache_dir, "_scaled_mm_body"), _entries(cache_dir, "_rms_norm_body")
+    assert len(gemm_files) == 1 and len(rms_files) == 1
+
+    before = kc.stats()  # second call: the in-process dict
+    assert torch.equal(_gemm(), plain_gemm)
+    assert _stats_delta(before) == {"disk_hits": 0, "misses": 0, "writes": 0, "errors": 0}
+
+    _clear_kernels()  # new kernel objects: from the files
+    before = kc.stats()
+    assert torch.equal(_gemm(), plain_gemm)
+    assert torch.equal(_rms(), plain_rms)
+    assert _stats_delta(before) == {"disk_hits": 2, "misses": 0, "writes": 0, "errors": 0}
+
+    # another M, out dtype or config: another entry each
+    _gemm(m=1)
+    _gemm(out_dtype=torch.float16)
+    _gemm(config=CFG2)
+    files = _entries(cache_dir, "_scaled_mm_body")
+    assert len(files) == 4
+    keys = {json.loads(f.read_text().partition("\n")[0][len(kc._HEADER) :])["key"] for f in files}
+    assert len(keys) == 4
+
+
+@needs_codegen
+def test_source_digest_change_misses(cache_dir, monkeypatch):
+    out = _rms()
+    assert len(_entries(cache_dir)) == 1
+    _clear_kernels()
+    monkeypatch.setattr(kc, "source_digest", lambda: "another hlcore")
+    before = kc.stats()
+    assert torch.equal(_rms(), out)
+    assert _stats_delta(before)["misses"] == 1
+    assert len(_entries(cache_dir)) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Bad entries: Helion's path, then the entry is rewritten
+# --------------------------------------------------------------------------------------------
+def _entry_key(path):
+    header = path.read_text(encoding="utf-8").partition("\n")[0]
+    return json.loads(header[len(kc._HEADER) :])["key"]
+
+
+@needs_codegen
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "import_error", "run_error"])
+def test_bad_entry_falls_back_and_is_rewritten(cache_dir, damage, caplog):
+    out = _rms()
+    (path,) = _entries(cache_dir)
+    good = path.read_bytes()
+    key = _entry_key(path)
+    if damage == "garbage":
+        path.write_bytes(b"\xff\xfe not a cache entry")
+    elif damage == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif damage == "import_error":  # header and checksum right, the source does not load
+        kc.write_entry(path, key, "_rms_norm_body", "raise RuntimeError('broken entry')\n")
+    else:  # loads, but its host function fails
+        kc.write_entry(
+            path, key, "_rms_norm_body", "def _rms_norm_body(*args):\n    raise RuntimeError('x')\n"
+        )
+    _clear_kernels()
+    before = kc.stats()
+    with caplog.at_level(logging.WARNING, logger=kc.__name__):
+        assert torch.equal(_rms(), out)
+    assert _stats_delta(before)["misses"] == 1 and _stats_delta(before)["errors"] == 1
+    assert any("hlcore kernel cache" in r.getMessage() for r in caplog.records)
+    assert path.read_bytes() == good  # rewritten with Helion's code
+    assert kc.read_entry(path, key, "_rms_norm_body") is not None
+
+
+@needs_codegen
+def test_unwritable_directory_only_warns(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(kc.ENV_VAR, str(blocker))
+    monkeypatch.setattr(kc, "_warned", set())
+    _clear_kernels()
+    try:
+        with caplog.at_level(logging.WARNING, logger=kc.__name__):
+            _rms()
+            _rms(m=3)
+        assert sum("cannot write" in r.getMessage() for r in caplog.records) == 1  # once per process
+    finally:
+        _clear_kernels()
+
+
+# --------------------------------------------------------------------------------------------
+# A fresh process: no bind, same output; cold vs warm first call
+# --------------------------------------------------------------------------------------------
+CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    import torch, helion
+    from helion.runtime.kernel import BoundKernel
+    mode, device, out_path = sys.argv[1:4]
+    cfg = json.loads(sys.argv[4])
+    originals = [(c, n, getattr(c, n)) for c, n in
+                 [(helion.Kernel, "bind"), (helion.Kernel, "_bind"), (BoundKernel, "__init__"), (BoundKernel, "to_code")]]
+    if mode == "warm":  # any bind, trace or codegen raises: the kernels must come from the files
+        def no_bind(*args, **kwargs):
+            raise AssertionError("Helion bind called in the warm process")
+        for c, n, _ in originals:
+            setattr(c, n, no_bind)
+    from hlcore import kernel_cache, norm, scaled_mm as sm
+    d = sm.generate_scaled_mm_inputs(8, 64, 256, device=device, seed=1)
+    n = norm.generate_norm_inputs(4, 256, device=device, seed=2)
+    t0 = time.perf_counter()
+    gemm = sm.scaled_mm(**d, config=cfg)
+    t1 = time.perf_counter()
+    rms = norm.rms_norm(n["x"], n["weight"], 1e-6)
+    t2 = time.perf_counter()
+    hits = kernel_cache.stats()
+    if mode == "warm":  # a new specialization (M = 1) in this process: a miss, a new entry
+        for c, n, f in originals:
+            setattr(c, n, f)
+        sm.scaled_mm(**sm.generate_scaled_mm_inputs(1, 64, 256, device=device, seed=3), config=cfg)
+    torch.save({"gemm": gemm.cpu(), "rms": rms.cpu()}, out_path)
+    print("RESULT " + json.dumps({"gemm_s": t1 - t0, "rms_s": t2 - t1, "stats": hits, "end": kernel_cache.stats()}))
+    """
+)
+
+
+def _child(mode, directory, out_path, triton_cache):
+    env = {**os.environ, kc.ENV_VAR: str(directory), "TRITON_CACHE_DIR": str(triton_cache)}
+    if mode == "plain":  # today's warm restart: Triton's cache warm, no kernel cache
+        del env[kc.ENV_VAR]
+    if not GPU:
+        env["TRITON_INTERPRET"] = "1"
+        env.pop("HELION_INTERPRET", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, DEVICE, str(out_path), json.dumps(CFG)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def _fresh_process_check(tmp_path, capsys):
+    """A cold process fills the cache; a fresh one with every Helion bind/trace/codegen entry point
+    raising gives the same outputs from it; its first M = 1 call is a miss with its own entry. On
+    the GPU also a process with Triton's cache warm and no kernel cache (today's warm restart)."""
+    directory, triton_cache = tmp_path / "kc", tmp_path / "triton"
+    start = time.perf_counter()
+    cold = _child("cold", directory, tmp_path / "cold.pt", triton_cache)
+    cold_wall = time.perf_counter() - start
+    assert cold["stats"]["misses"] == 2 and cold["stats"]["writes"] == 2
+    assert len(_entries(directory)) == 2
+
+    start = time.perf_counter()
+    warm = _child("warm", directory, tmp_path / "warm.pt", triton_cache)
+    warm_wall = time.perf_counter() - start
+    assert warm["stats"] == {"disk_hits": 2, "misses": 0, "writes": 0, "errors": 0}
+    assert warm["end"]["misses"] == 1 and warm["end"]["writes"] == 1  # M = 1: its own entry
+    assert len(_entries(directory)) == 3
+
+    a, b = torch.load(tmp_path / "cold.pt"), torch.load(tmp_path / "warm.pt")
+    assert torch.equal(a["gemm"], b["gemm"]) and torch.equal(a["rms"], b["rms"])
+    plain = ""
+    if GPU:
+        base = _child("plain", directory, tmp_path / "plain.pt", triton_cache)
+        assert torch.equal(torch.load(tmp_path / "plain.pt")["gemm"], a["gemm"])
+        plain = (
+            f"; without the kernel cache (Triton cache warm) {base['gemm_s']:.3f} s / {base['rms_s']:.3f} s"
+        )
+    with capsys.disabled():
+        print(
+            f"\n[kernel cache, {'GPU' if GPU else 'CPU, TRITON_INTERPRET=1'}] first call in a new process, "
+            f"scaled_mm / rms_norm: cold {cold['gemm_s']:.3f} s / {cold['rms_s']:.3f} s, "
+            f"warm {warm['gemm_s']:.3f} s / {warm['rms_s']:.3f} s{plain} "
+            f"(process wall cold {cold_wall:.1f} s, warm {warm_wall:.1f} s incl. imports and the M=1 miss)"
+        )
+
+
+@needs_codegen
+def test_fresh_process_runs_from_the_cache_without_binding(tmp_path, capsys):
+    _fresh_process_check(tmp_path, capsys)
+
+
+@pytest.mark.gpu
+def test_fresh_process_runs_from_the_cache_without_binding_gpu(tmp_path, capsys):
+    """The same on the GPU (``nox -s gpu_tests -- packages/hlcore/tests/test_kernel_cache.py``):
+    real Triton compiles, and the first-call times that a warm restart pays with and without it."""
+    if not GPU:
+        pytest.skip("needs HL_TEST_GPU=1 and a CUDA GPU")
+    _fresh_process_check(tmp_path, capsys)
