@@ -163,3 +163,16 @@ def test_find_configs_exact_variant_then_family(tmp_path):
     assert cs.find_configs("scaled_mm", "NVIDIA H100 80GB HBM3", tmp_path).path == exact
     assert cs.find_configs("scaled_mm", "NVIDIA H100 PCIe", tmp_path).path == family
     assert cs.find_configs("scaled_mm", "NVIDIA H200", tmp_path) is None
+
+
+def test_rejected_file_warning_names_the_fix(tmp_path, caplog):
+    """A rejected config file's one warning says what runs instead and how to fix it."""
+    import logging
+
+    bad = tmp_path / "nvidia_h200.json"
+    bad.write_text("{not json")
+    with caplog.at_level(logging.WARNING):
+        assert cs.load_config_file(bad) is None
+    text = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert str(bad) in text and "heuristic configs run instead" in text
+    assert "hltools configs from-bench" in text and "HL_CONFIG_DIR" in text

@@ -287,6 +287,12 @@ def metadata_mismatch(metadata: Mapping[str, Any], gpu: str | None, helion_versi
     return None
 
 
+_FIX = (
+    "; the heuristic configs run instead (regenerate the file with `hltools configs from-bench` or "
+    "`hltools autotune`, or set HL_CONFIG_DIR to a directory of good files)"
+)
+
+
 def load_config_file(
     path: str | os.PathLike, *, gpu: str | None = None, helion_version: str | None = None
 ) -> ConfigFile | None:
@@ -301,10 +307,10 @@ def load_config_file(
     except FileNotFoundError:
         return None
     except ConfigFileError as exc:
-        logger.warning("hl: ignoring tuned-config file %s", exc)
+        logger.warning("hl: ignoring tuned-config file %s" + _FIX, exc)
         return None
     except Exception as exc:  # never fail a model run because of a config file
-        logger.warning("hl: ignoring tuned-config file %s: %s: %s", path, type(exc).__name__, exc)
+        logger.warning("hl: ignoring tuned-config file %s: %s: %s" + _FIX, path, type(exc).__name__, exc)
         return None
     reason = metadata_mismatch(
         cf.metadata,
@@ -312,7 +318,7 @@ def load_config_file(
         helion_version if helion_version is not None else installed_helion_version(),
     )
     if reason:
-        logger.warning("hl: ignoring tuned-config file %s: %s", path, reason)
+        logger.warning("hl: ignoring tuned-config file %s: %s" + _FIX, path, reason)
         return None
     return cf
 

@@ -76,7 +76,9 @@ class _HelionAuxMixin:
                     kind,
                     dispatch.max_helion_m(),
                 )
-            else:
+            elif variant_reason is None:  # the environment rules Helion out (e.g. helion missing)
+                logger.warning("hlvllm: %s layers use vLLM's implementation: %s", kind, self.hl_reason)
+            else:  # a layer variant Helion does not cover: expected, not a problem
                 logger.info("hlvllm: %s layers use vLLM's implementation: %s", kind, self.hl_reason)
 
     @property

@@ -54,10 +54,16 @@ def register() -> None:
     from hlvllm.aux_layers import register_aux_layers
 
     replaced = register_aux_layers(settings.aux_kernels)
+    import importlib.util
+
+    helion_missing = importlib.util.find_spec("helion") is None
     logger.info(
-        "hlvllm: Helion linear backend registered (max_helion_size=%d; aux kernels: %s)",
+        "hlvllm: Helion linear backend registered (max_helion_size=%d; aux kernels: %s)%s",
         settings.max_helion_size,
         ", ".join(sorted(settings.aux_kernels)) or "none",
+        "; helion is not importable, so vLLM's kernels run (pip install helion==1.5.0)"
+        if helion_missing
+        else "",
     )
     if replaced:
         logger.debug("hlvllm: vLLM classes replaced out of tree: %s", ", ".join(replaced))
