@@ -33,6 +33,7 @@ def hl_env(monkeypatch):
     dispatch.reset()
     aux_ops.reset()
     support._declined.clear()
+    support._warned_reasons.clear()
     yield monkeypatch
     for table, kernels in zip(tables, saved, strict=True):
         table[PlatformEnum.CUDA] = kernels
@@ -45,6 +46,7 @@ def hl_env(monkeypatch):
     dispatch.reset()
     aux_ops.reset()
     support._declined.clear()
+    support._warned_reasons.clear()
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from vllm.model_executor.layers.quantization.input_quant_fp8 import QuantFP8
 from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
 from hlvllm import dispatch
-from hlvllm.support import cudagraph_capture_limit, helion_supported
+from hlvllm.support import cudagraph_capture_limit, helion_supported, warn_once
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -77,7 +77,9 @@ class _HelionAuxMixin:
                     dispatch.max_helion_m(),
                 )
             elif variant_reason is None:  # the environment rules Helion out (e.g. helion missing)
-                logger.warning("hlvllm: %s layers use vLLM's implementation: %s", kind, self.hl_reason)
+                warn_once(
+                    self.hl_reason, "hlvllm: %s layers use vLLM's implementation: %s", kind, self.hl_reason
+                )
             else:  # a layer variant Helion does not cover: expected, not a problem
                 logger.info("hlvllm: %s layers use vLLM's implementation: %s", kind, self.hl_reason)
 

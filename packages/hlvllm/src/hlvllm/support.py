@@ -19,6 +19,16 @@ from hlvllm.settings import get_settings
 logger = logging.getLogger("vllm.hlvllm")
 _announced: set[str] = set()
 _declined: set[tuple[str, str]] = set()  # (kernel class, reason) already warned about
+_warned_reasons: set[str] = set()  # reasons already in a warning: later layers log them at info
+
+
+def warn_once(reason: str, msg: str, *args) -> None:
+    """Log ``msg % args`` as a warning the first time ``reason`` comes up in this process, at info
+    after that: one missing helion (or CUDA graphs off) is one warning, however many layer kinds
+    (linear formats, RMSNorm, SiluAndMul, ...) it turns back to vLLM."""
+    level = logging.INFO if reason in _warned_reasons else logging.WARNING
+    _warned_reasons.add(reason)
+    logger.log(level, msg, *args)
 
 
 def warn_if_declined(check):
@@ -31,7 +41,8 @@ def warn_if_declined(check):
         ok, reason = check(cls, *args, **kwargs)
         if not ok and get_settings().enabled and (cls.__name__, str(reason)) not in _declined:
             _declined.add((cls.__name__, str(reason)))
-            logger.warning(
+            warn_once(
+                str(reason),
                 "hlvllm: %s %s; vLLM's own kernel runs for these layers "
                 "(VLLM_DISABLED_KERNELS=%s silences this)",
                 cls.__name__,
