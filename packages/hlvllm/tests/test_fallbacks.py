@@ -329,21 +329,66 @@ def test_file_without_metadata_is_used_silently(op, tmp_path, caplog):
     assert pick.source == "exact" and pick.config == GOOD
 
 
-def test_untuned_shape_uses_the_nearest_tuned_config_without_a_warning(op, tmp_path, caplog):
+def test_untuned_shape_uses_the_nearest_tuned_config_with_one_warning(op, tmp_path, caplog):
     """A shape with no key of its own: Helion with the nearest tuned key's config (K, then N, then
-    M), silently (``HL_DISPATCH_LOG=1`` lists the shapes); results checked."""
+    M), one warning for the format naming the shape, the key used, ``hltools autotune`` and
+    ``HL_UNTUNED_SHAPES``; a second untuned shape of the format logs at INFO; results checked."""
     from hlcore.scaled_mm_config import pick_scaled_mm_config
 
     fn, dispatch, _ = op
     path = tmp_path / "scaled_mm" / "nvidia_h200.json"
     path.parent.mkdir()
     path.write_text(json.dumps([_meta(), _entry(n=64)]))
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO, logger="vllm.hlvllm"):
         _run(fn)
-    assert _hl_warnings(caplog) == []
+        assert dispatch.tuned_fallback("fp8_dynamic", 1, N + 32, K) is False  # another untuned shape
+    (warning,) = _hl_warnings(caplog)
+    assert f"fp8_dynamic M=1 N={N} K={K} has no tuned key in {path}" in warning
+    assert "'n': 64" in warning and "hltools autotune --model <model> --formats fp8_dynamic" in warning
+    assert "HL_UNTUNED_SHAPES=vllm" in warning
+    infos = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO and "has no tuned key" in r.getMessage()
+    ]
+    assert len(infos) == 1 and f"N={N + 32} K={K}" in infos[0], infos
     pick = pick_scaled_mm_config("fp8_dynamic", 2, N, K)
     assert pick.source == "nearest" and pick.config == GOOD
     assert {m for (p, m, _, _) in dispatch.DISPATCH_COUNTS if p == "helion"} == {1, 2, 3}
+
+
+def test_untuned_shape_runs_vllms_kernel_with_hl_untuned_shapes_vllm(op, hl_env, tmp_path, caplog):
+    """``HL_UNTUNED_SHAPES=vllm``: a shape without a tuned key runs vLLM's kernel (one warning saying
+    so); a tuned shape in the same file still runs Helion."""
+    from hlvllm.settings import get_settings
+
+    fn, dispatch, calls = op
+    hl_env.setenv("HL_UNTUNED_SHAPES", "vllm")
+    get_settings.cache_clear()
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps([_meta(), _entry(n=64), _entry(m=2)]))
+    with caplog.at_level(logging.WARNING):
+        _run(fn, ms=(1, 2))  # M=1: key (N, K, 2) is the same shape at another M, so tuned; M=2 exact
+        assert {m for (p, m, _, _) in dispatch.DISPATCH_COUNTS if p == "helion"} == {1, 2}
+        assert _hl_warnings(caplog) == []
+        dispatch.reset()
+        calls.clear()
+        d = generate_scaled_mm_inputs(1, 64 + 16, K, fmt="fp8_dynamic", with_bias=True, seed=0)
+        out = fn(d["a"], d["b"], d["scale_a"], d["scale_b"], d["out_dtype"], d["bias"])
+        assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
+    assert calls == [1] and set(dispatch.DISPATCH_COUNTS) == {("fallback", 1, 64 + 16, K)}
+    (warning,) = _hl_warnings(caplog)
+    assert f"N={64 + 16} K={K} has no tuned key" in warning and "vLLM's kernel runs for it" in warning
+
+
+def test_hl_untuned_shapes_rejects_an_unknown_value(hl_env):
+    from hlvllm.settings import get_settings
+
+    hl_env.setenv("HL_UNTUNED_SHAPES", "fastest")
+    get_settings.cache_clear()
+    with pytest.raises(ValueError, match="HL_UNTUNED_SHAPES must be one of nearest, vllm; got 'fastest'"):
+        get_settings()
 
 
 @pytest.mark.parametrize("gpu", ["nvidia_h100", None])

@@ -37,7 +37,9 @@ CAPTURE_COUNTS: Counter[tuple[str, int, int, int]] = Counter()
 _warmed: set[tuple[str, int, int, int]] = set()
 _validated: set[tuple[str, int, int, int]] = set()  # (fmt, M, N, K) checked against vLLM's kernel
 _broken: dict[tuple[str, int, int], str] = {}
-_fallback_marks: dict[tuple[str, int, int, int], bool] = {}  # (fmt, M, N, K) -> marked "fallback"
+_fallback_marks: dict[tuple[str, int, int, int], bool] = {}  # (fmt, M, N, K) -> vLLM's kernel by config
+_untuned_warned: set[str] = set()  # formats whose first untuned shape was warned about
+_untuned_logged: set[tuple[str, int, int]] = set()  # (fmt, N, K) untuned shapes already logged
 _max_m_limit: int | None = None  # min(max_helion_size, max CUDA-graph capture size), set by kernels
 
 
@@ -58,10 +60,15 @@ def _capturing() -> bool:
 
 
 def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
-    """Whether the config file marks this key as slower than vLLM's kernel (``"fallback": true``).
+    """Whether this key must use vLLM's kernel by the config file: the picked entry is marked as
+    slower than vLLM's kernel (``"fallback": true``), or the shape has no tuned key of its own
+    (nearest key, the file's default entry or the heuristic) and ``HL_UNTUNED_SHAPES=vllm``.
 
-    Scaled-GEMM formats only; memoised per key (:func:`reset` forgets); a picker error counts as "no" (the Helion call
-    itself then fails over with its own warning)."""
+    A shape without a tuned key under the default ``HL_UNTUNED_SHAPES=nearest`` runs Helion with the
+    picked config and logs one warning per format and process naming the tuning command (later
+    untuned shapes of that format: INFO). Scaled-GEMM formats only; memoised per key (:func:`reset`
+    forgets); a picker error counts as "no" (the Helion call itself then fails over with its own
+    warning)."""
     if fmt not in ("fp8_dynamic", "w8a8_int8", "block_fp8"):
         return False
     key = (fmt, m, n, k)
@@ -73,7 +80,9 @@ def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
         pick = pick_scaled_mm_config(fmt, m, n, k)
     except Exception:  # noqa: BLE001
         return False
-    _fallback_marks[key] = pick.fallback
+    untuned = pick.source not in ("exact", "same_shape")
+    to_vllm = untuned and get_settings().untuned_shapes == "vllm"
+    _fallback_marks[key] = pick.fallback or to_vllm
     if pick.fallback:
         logger.info(
             "hlvllm: %s M=%d N=%d K=%d uses vLLM's kernel: the tuned key %s in %s is marked as slower",
@@ -84,7 +93,42 @@ def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
             dict(pick.key or ()),
             pick.path,
         )
-    return pick.fallback
+    elif untuned and (to_vllm or pick.source != "heuristic"):  # no file at all: hlcore warned already
+        _log_untuned(fmt, m, n, k, pick, to_vllm)
+    return _fallback_marks[key]
+
+
+def _log_untuned(fmt: str, m: int, n: int, k: int, pick, to_vllm: bool) -> None:
+    """One warning per format and process for shapes without a tuned key (INFO once per further
+    (N, K) of the format; nothing for more M of a logged (N, K))."""
+    if (fmt, n, k) in _untuned_logged:
+        return
+    _untuned_logged.add((fmt, n, k))
+    level = logging.INFO if fmt in _untuned_warned else logging.WARNING
+    _untuned_warned.add(fmt)
+    if to_vllm:
+        what = "vLLM's kernel runs for it (HL_UNTUNED_SHAPES=vllm)"
+    else:
+        used = (
+            f"the {pick.source} tuned key {dict(pick.key or ())}" if pick.key else f"the {pick.source} config"
+        )
+        what = (
+            f"Helion runs {used}, checked against vLLM's kernel at its first call but possibly slower "
+            "than it (HL_UNTUNED_SHAPES=vllm runs vLLM's kernel for such shapes instead)"
+        )
+    logger.log(
+        level,
+        "hlvllm: %s M=%d N=%d K=%d has no tuned key in %s; %s. Tune this model's shapes with "
+        "`hltools autotune --model <model> --formats %s --output DIR` and set HL_CONFIG_DIR=DIR%s",
+        fmt,
+        m,
+        n,
+        k,
+        pick.path or "the shipped configs",
+        what,
+        fmt,
+        "" if level == logging.INFO else " (further untuned shapes of this format are logged at INFO)",
+    )
 
 
 def route(fmt: str, m: int, n: int, k: int) -> str:
@@ -175,3 +219,5 @@ def reset() -> None:
     _validated.clear()
     _broken.clear()
     _fallback_marks.clear()
+    _untuned_warned.clear()
+    _untuned_logged.clear()

@@ -8,6 +8,7 @@
 | ``HL_DISPATCH_LOG`` | ``0`` | ``1``: log the first dispatch of every (path, M, N, K) |
 | ``HL_AUX_KERNELS`` | ``all`` | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below) |
 | ``HL_DETERMINISTIC`` | ``0`` | ``1``: Helion GEMMs run with ``split_k = 1`` (no atomics): bitwise repeatable results |
+| ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config (one warning), ``vllm`` runs vLLM's kernel |
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ _FALSE = {"0", "false", "no", "off", "none"}
 #: What ``HL_AUX_KERNELS`` may name: vLLM's ``RMSNorm`` (rms_norm + fused_add_rms_norm), ``SiluAndMul``,
 #: ``QuantFP8`` (dynamic per-token and 1x128-group fp8) and the int8 kernel's per-token quantization.
 AUX_KERNEL_NAMES = ("rms_norm", "silu_and_mul", "quant_fp8", "int8_quant")
+#: What ``HL_UNTUNED_SHAPES`` may say: run the nearest tuned config, or vLLM's kernel.
+UNTUNED_MODES = ("nearest", "vllm")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class Settings:
     dispatch_log: bool
     aux_kernels: frozenset[str] = frozenset(AUX_KERNEL_NAMES)
     deterministic: bool = False
+    untuned_shapes: str = "nearest"
 
 
 def _int_env(name: str, default: int) -> int:
@@ -62,6 +66,13 @@ def _aux_env() -> frozenset[str]:
     return frozenset(names)
 
 
+def _untuned_env() -> str:
+    raw = os.environ.get("HL_UNTUNED_SHAPES", "").strip().lower() or "nearest"
+    if raw not in UNTUNED_MODES:
+        raise ValueError(f"HL_UNTUNED_SHAPES must be one of {', '.join(UNTUNED_MODES)}; got {raw!r}")
+    return raw
+
+
 @functools.cache
 def get_settings() -> Settings:
     """The settings of this process (cached; tests call ``get_settings.cache_clear()``)."""
@@ -72,4 +83,5 @@ def get_settings() -> Settings:
         dispatch_log=os.environ.get("HL_DISPATCH_LOG", "").strip().lower() in _TRUE,
         aux_kernels=_aux_env(),
         deterministic=os.environ.get("HL_DETERMINISTIC", "").strip().lower() in _TRUE,
+        untuned_shapes=_untuned_env(),
     )
