@@ -88,6 +88,9 @@ def test_plan_commands_and_environments(tmp_path):
     assert off["VLLM_NO_USAGE_STATS"] == "0" and off["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
     on = e2e.worker_env("on", tmp_path / "c", {"VLLM_PLUGINS": ""})
     assert on["HL_LINEAR_BACKEND"] == "helion" and "VLLM_PLUGINS" not in on
+    assert on["HL_KERNEL_CACHE_DIR"] == str(tmp_path / "c" / "hl-kernels")  # emptied with the others
+    bare = e2e.worker_env("on", tmp_path / "c", {"HL_KERNEL_CACHE_DIR": "/elsewhere"}, kernel_cache=False)
+    assert "HL_KERNEL_CACHE_DIR" not in bare
     with pytest.raises(ValueError, match="plugin"):
         e2e.worker_env("maybe", tmp_path)
     line = e2e.shell_line(["python", "-m", "x"], {"A": "1", "B": "", "PATH": "/bin"}, base={"PATH": "/bin"})

@@ -410,6 +410,14 @@ def e2e(
     timeout: Annotated[
         float | None, typer.Option(help="Seconds after which one engine run is killed (default: none).")
     ] = None,
+    hl_kernel_cache: Annotated[
+        bool,
+        typer.Option(
+            help="Give the plugin's engines hlcore's kernel cache (HL_KERNEL_CACHE_DIR under the output "
+            "directory, emptied with the other caches before round 1), so warm rounds load Helion's "
+            "generated code instead of generating it again."
+        ),
+    ] = True,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the engine runs' command lines and exit; needs no GPU.")
     ] = False,
@@ -455,7 +463,10 @@ def e2e(
         for s in specs:
             cmd = e.worker_command(sys.executable, output / stem / "model", s.plugin, options, s.out)
             line = e.shell_line(
-                cmd, e.worker_env(s.plugin, s.cache, tensor_parallel_size=tensor_parallel_size)
+                cmd,
+                e.worker_env(
+                    s.plugin, s.cache, tensor_parallel_size=tensor_parallel_size, kernel_cache=hl_kernel_cache
+                ),
             )
             console.print(f"# {s.name} ({'cold' if s.cold else 'warm'} caches)", highlight=False)
             console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -492,6 +503,7 @@ def e2e(
         timeout=timeout,
         metadata={"command": _command(), "commit": bench.git_commit() or ""},
         on_run=on_run,
+        kernel_cache=hl_kernel_cache,
     )
     summary, meta = report.files["summary"], report.files["metadata"]
     title = f"{model} {fmt}, {meta['layers']} layers, TP {tensor_parallel_size}: output tokens/s"

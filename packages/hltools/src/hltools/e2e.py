@@ -5,9 +5,10 @@ The parent (:func:`run_e2e`, CPU-side) writes a ``config.json`` (the model's arc
 downloaded) and starts one *worker* process per engine run (``python -m hltools.e2e worker ...``,
 :func:`worker_command`): plugin ``on`` (``HL_LINEAR_BACKEND=helion``) and ``off`` (``VLLM_PLUGINS=``,
 no plugin loaded), alternating, for ``rounds`` rounds. Round 0 starts from empty compile caches
-(``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HELION_CACHE_DIR``, one
-set per plugin setting under the output directory): its start-up time is the *cold* one; later
-rounds reuse them (*warm*). ``--tensor-parallel-size N`` (default 1) passes ``tensor_parallel_size=N``
+(``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HELION_CACHE_DIR`` and,
+unless ``kernel_cache=False`` (``--no-hl-kernel-cache``), hlcore's ``HL_KERNEL_CACHE_DIR``; one set
+per plugin setting under the output directory): its start-up time is the *cold* one; later rounds
+reuse them (*warm*). ``--tensor-parallel-size N`` (default 1) passes ``tensor_parallel_size=N``
 to ``vllm.LLM`` and, for N > 1, turns NVLink multicast off in the workers' environment
 (:data:`TP_ENV`, unless set already); files then end in ``-tp<N>``.
 
@@ -238,6 +239,7 @@ CACHE_VARS = {
     "TRITON_CACHE_DIR": "triton",
     "HELION_CACHE_DIR": "helion",
 }
+KERNEL_CACHE_VAR = "HL_KERNEL_CACHE_DIR"  # hlcore's on-disk cache of Helion's generated code
 BASE_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "HF_HUB_OFFLINE": "1",
@@ -263,16 +265,25 @@ def default_env(env: MutableMapping[str, str], tensor_parallel_size: int = 1) ->
 
 
 def worker_env(
-    plugin: str, cache: Path, base: Mapping[str, str] | None = None, tensor_parallel_size: int = 1
+    plugin: str,
+    cache: Path,
+    base: Mapping[str, str] | None = None,
+    tensor_parallel_size: int = 1,
+    kernel_cache: bool = True,
 ) -> dict[str, str]:
     """The worker's environment: ``base`` (default ``os.environ``) plus :data:`BASE_ENV` defaults
     (and :data:`TP_ENV` ones for ``tensor_parallel_size > 1``), the compile-cache directories under
-    ``cache``, and the plugin switch: ``on`` sets ``HL_LINEAR_BACKEND=helion``, ``off`` sets
+    ``cache`` (with ``kernel_cache``, hlcore's ``HL_KERNEL_CACHE_DIR`` too; without, that variable is
+    removed), and the plugin switch: ``on`` sets ``HL_LINEAR_BACKEND=helion``, ``off`` sets
     ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops ``HL_LINEAR_BACKEND``."""
     env = dict(os.environ if base is None else base)
     default_env(env, tensor_parallel_size)
     for var, sub in CACHE_VARS.items():
         env[var] = str(Path(cache) / sub)
+    if kernel_cache:
+        env[KERNEL_CACHE_VAR] = str(Path(cache) / "hl-kernels")
+    else:
+        env.pop(KERNEL_CACHE_VAR, None)
     set_plugin(env, plugin)
     return env
 
@@ -530,6 +541,7 @@ def run_e2e(
     timeout: float | None = None,
     metadata: Mapping[str, Any] | None = None,
     on_run: Callable[[RunSpec, str], None] | None = None,
+    kernel_cache: bool = True,
 ) -> E2EReport:
     """Run every engine of :func:`plan_runs` in turn and write the results (see the module docstring).
 
@@ -553,7 +565,12 @@ def run_e2e(
         shutil.rmtree(cache, ignore_errors=True)
     for spec in specs:
         cmd = worker_command(python, model_dir, spec.plugin, options, spec.out)
-        env = worker_env(spec.plugin, spec.cache, tensor_parallel_size=options.tensor_parallel_size)
+        env = worker_env(
+            spec.plugin,
+            spec.cache,
+            tensor_parallel_size=options.tensor_parallel_size,
+            kernel_cache=kernel_cache,
+        )
         spec.out.parent.mkdir(parents=True, exist_ok=True)
         spec.out.unlink(missing_ok=True)
         if on_run:
@@ -581,6 +598,7 @@ def run_e2e(
         "tensor_parallel_size": options.tensor_parallel_size,
         "plugins": list(plugins),
         "rounds": rounds,
+        "hl_kernel_cache": kernel_cache,
         "failed": report.failed,
     }
     if report.runs:
