@@ -14,8 +14,17 @@ silu_and_mul: at least 90% of outputs bit-equal to vLLM's CUDA op. Norms: our ke
 the weight's dtype, multiply by the weight), the one vLLM 0.26 runs under its default compile config
 (``IrOpPriorityConfig(rms_norm=['native'])``); vLLM's CUDA ops round differently (72-79% bit-equal
 to ours on the H200, 2026-11-30): so at least 99% bit-equal to ``native`` run eagerly on the GPU (the
-fp32 sum order may flip a rare rounding), at least 50% to the CUDA op, all within the rtol of both;
-sizes that our dispatch sends to vLLM's CUDA op equal it bit for bit. Quant scales are the same fp32 expression: rtol 1e-6. Quantized values:
+fp32 sum order may flip a rare rounding), at least 50% to the CUDA op, all within the rtol of both.
+Sizes that our dispatch sends to vLLM (num_tokens 33) equal the CUDA ops it runs bit for bit:
+``_C.rms_norm`` itself; for ``fused_add_rms_norm`` a rounded ``torch.add`` + ``_C.rms_norm`` (the fused
+op would overwrite our inputs), which is at least 99.9% bit-equal to ``_C.fused_add_rms_norm`` and
+within the rtol: the fused kernel sums each thread's 8 squares in pairs (``_f16Vec::sum_squares``),
+``rms_norm_kernel`` one by one, and fp16 squares carry 22 significant bits, so those fp32 partial
+sums round differently (bf16's 16-bit squares add exactly): the variance moves by an ulp in ~11% of
+rows and 0-0.012% of the outputs by one fp16 ulp (a CPU emulation of both kernels' orders at 33
+tokens: 57 of 280 fp16 cases not bit-equal, 0 of 280 bf16; the H200 run of 2026-11-30 failed the
+old bit-for-bit check against the fused op at fp16 hidden 5120). Quant scales are the same fp32
+expression: rtol 1e-6. Quantized values:
 vLLM's kernels may multiply by the reciprocal where ours divide, so a value on a rounding boundary may
 land one step away: at most 2% of values (0.7% was the most seen in the H200 bench), each at most
 one fp8 step (or 1 for int8) apart.
@@ -86,9 +95,14 @@ def _native(op):
     return getattr(ir.ops, op).impls["native"].impl_fn
 
 
-def _check_norm(out, ref_cuda, ref_native, path, dtype, what):
-    if path == "fallback":  # our fallback is vLLM's CUDA op itself
-        assert torch.equal(out, ref_cuda), what
+def _check_norm(out, ref_cuda, ref_native, path, dtype, what, ref_fallback=None):
+    """``ref_fallback``: what our fallback runs, where that is not ``ref_cuda``'s op itself."""
+    if path == "fallback":  # vLLM's CUDA ops
+        if ref_fallback is None:
+            assert torch.equal(out, ref_cuda), what
+        else:
+            assert torch.equal(out, ref_fallback), f"{what} vs the CUDA ops our fallback runs"
+            _close_fraction(out, ref_cuda, dtype, f"{what} vs vLLM's fused CUDA op", min_equal=0.999)
         return
     _close_fraction(out, ref_native, dtype, f"{what} vs vLLM native", min_equal=0.99)
     _close_fraction(out, ref_cuda, dtype, f"{what} vs vLLM's CUDA op", min_equal=0.5)
@@ -146,7 +160,9 @@ def test_fused_add_rms_norm_matches_vllm(aux, h, dtype):
         native_out, native_res = _native("fused_add_rms_norm")(x_keep.clone(), r_keep.clone(), w, 1e-6)
         assert torch.equal(res, native_res), f"residual vs native m={m} h={h}"
         path = _path("fused_add_rms_norm", m, h)
-        _check_norm(out, ref_x, native_out, path, dtype, f"fused_add_rms_norm m={m} h={h}")
+        split = torch.empty_like(ref_r)  # our fallback: rounded add, then vLLM's rms_norm op
+        torch.ops._C.rms_norm(split, ref_r, w, 1e-6)
+        _check_norm(out, ref_x, native_out, path, dtype, f"fused_add_rms_norm m={m} h={h}", split)
         assert aux.AUX_COUNTS[("fused_add_rms_norm", path, m, h)] == 1
 
 
