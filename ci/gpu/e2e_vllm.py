@@ -42,6 +42,20 @@ except ImportError:  # a checkout without the packages installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packages" / "hltools" / "src"))
     from hltools.e2e import QUANT_CONFIGS, fill_weights, linear_kernels
 
+#: ``--compile``: vLLM compile / CUDA-graph modes (issue 7: correct results in each; Helion only
+#: where CUDA graphs are on, the fallback path otherwise). Each is a dict of ``vllm.LLM`` keywords.
+COMPILE_MODES = {
+    "O2": {},  # vLLM's default: -O2, torch.compile, FULL_AND_PIECEWISE CUDA graphs, custom ops off
+    "piecewise": {"compilation_config": {"cudagraph_mode": "PIECEWISE"}},
+    "full-decode": {"compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}},
+    "custom-ops-all": {"compilation_config": {"custom_ops": ["all"]}},
+    "custom-ops-none": {"compilation_config": {"custom_ops": ["none"]}},
+    "O0": {"optimization_level": 0},  # no compile, no CUDA graphs: hlvllm declines (fallback path)
+    "eager": {"enforce_eager": True},  # likewise
+}
+#: The modes without CUDA graphs, where hlvllm must decline and nothing of Helion runs.
+NO_GRAPH_MODES = ("O0", "eager")
+
 QUANT = {
     "fp8-dynamic": QUANT_CONFIGS["fp8_dynamic"],
     "int8": QUANT_CONFIGS["w8a8_int8"],
@@ -123,6 +137,7 @@ def run(args) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         kv_cache_memory_bytes=None if args.kv_cache_gib is None else int(args.kv_cache_gib * 2**30),
         seed=0,
+        **COMPILE_MODES[args.compile],
     )
     startup_s = time.perf_counter() - t0
     nfilled = llm.apply_model(fill_weights)[0]
@@ -187,6 +202,7 @@ def run(args) -> int:
         "gpu": torch.cuda.get_device_name(),
         "layers": args.layers,
         "quant": args.quant,
+        "compile": args.compile,
         "startup_s": startup_s,
         "kernels": kernels,
         "dispatch": dispatch,
@@ -232,7 +248,17 @@ def compare(args) -> int:
     helion_m = sorted(int(m) for m in cap.get("helion", {}))
     fallback_m = sorted(int(m) for m in cap.get("fallback", {}))
     print(f"captured into CUDA graphs: Helion at M = {helion_m}; CUTLASS at M = {fallback_m}")
-    ok &= bool(helion_m) and max(helion_m) <= 32 and min(set(fallback_m) - set(helion_m), default=33) > 32
+    mode = on.get("compile", "O2")
+    if mode in NO_GRAPH_MODES:  # hlvllm must decline: nothing of Helion may run, vLLM's kernels do
+        aux_helion = any("helion" in routes for routes in on.get("aux_captured", {}).values())
+        print(
+            f"compile mode {mode}: no CUDA graphs, so Helion must not run; Helion dispatches {cap.get('helion')}"
+        )
+        ok &= not helion_m and not on["dispatch"].get("helion") and not aux_helion
+        ok &= not any("Helion" in k for k in on["kernels"].values())
+    else:
+        print(f"compile mode {mode}")
+        ok &= bool(helion_m) and max(helion_m) <= 32 and min(set(fallback_m) - set(helion_m), default=33) > 32
     for batch in ("4", "64"):
         same_tokens, max_diff, compared = 0, 0.0, 0
         for a, b in zip(on["logprobs"][batch], off["logprobs"][batch], strict=True):
@@ -301,6 +327,9 @@ def main() -> int:
         help="fixed KV-cache size (vLLM's kv_cache_memory_bytes; skips memory profiling, safe next to other engines)",
     )
     r.add_argument("--aux-kernels", default=None, help="HL_AUX_KERNELS for this run (e.g. none)")
+    r.add_argument(
+        "--compile", choices=sorted(COMPILE_MODES), default="O2", help="vLLM compile / CUDA-graph mode"
+    )
     c = sub.add_parser("compare")
     c.add_argument("on")
     c.add_argument("off")
