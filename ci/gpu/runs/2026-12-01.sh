@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU runs planned for the next session (after 2026-11-30), in phases of < 600 s (one device
+# call each). What each phase answers:
+#   T   (two-GPU kind) issue 8: Qwen3-8B FP8_Dynamic at TP=2, all 36 layers, plugin on and off:
+#       both ranks' kernels and captured sizes, greedy agreement, tokens/s at concurrency 1 and 8.
+#   G   (two-GPU kind) GPU 1: the GPU tests that failed or never ran (aux fp16 5120 after a302028,
+#       autotune, ops, kernel cache), then the compile-mode matrix (issue 7); GPU 0: full-depth
+#       Qwen3-8B FP8_Dynamic e2e, cold and warm caches with hlcore's kernel cache (issues 6, 7).
+#   E2  (two-GPU kind) GPU 0: Qwen3-1.7B FP8_Dynamic full depth, cold + warm; GPU 1: Qwen3-8B
+#       W8A8_INT8 full depth, cold + warm (issue 6).
+#   G1, E1, E1B  the same work on the one-GPU kind, one lane each (G1 = tests + compile modes,
+#       E1 = 8B fp8, E1B = 1.7B fp8).
+# Each phase writes under $RES/<phase> (outside $OUT: only a few files come back per call) and
+# packs it into $OUT/<phase>.tgz at the end. Usage there (after the bundle's env.sh and
+# ci/gpu/setup.sh):  LIMIT=s bash ci/gpu/runs/2026-12-01.sh T|G|E2|G1|E1|E1B
+set -u
+phase=$1
+RES=${RES:-/tmp/gpu-runs}
+O=$RES/$phase
+START=$(date +%s)
+LIMIT=${LIMIT:-540}
+left() { echo $((LIMIT - ($(date +%s) - START))); }
+run() { # run NAME [TIMEOUT] CMD...: time-limited (to what is left of the phase), log in $O/NAME.log
+    local name=$1; shift
+    local t; t=$(left)
+    if [[ $1 =~ ^[0-9]+$ ]]; then [ "$1" -lt "$t" ] && t=$1; shift; fi
+    if [ "$t" -lt 30 ]; then echo "SKIP $name (no time left)" | tee -a "$O/lanes.txt"; return; fi
+    local t0; t0=$(date +%s)
+    timeout -k 5 "$t" "$@" >"$O/$name.log" 2>&1
+    echo "$name rc=$? $(($(date +%s) - t0)) s (limit $t s)" | tee -a "$O/lanes.txt"
+}
+gpu_tests() {
+    run gpu-tests 300 python3 -m nox -s gpu_tests -- packages/hlvllm/tests/gpu \
+        packages/hltools/tests/gpu/test_autotune_gpu.py packages/hlcore/tests/test_kernel_cache.py -v -rfE
+}
+compile_modes() { # issue 7: 4-layer Qwen3-8B-dims engines, four at a time on this GPU (fixed KV cache)
+    local m pids=()
+    local modes=(off:O2 on:O2 on:piecewise on:full-decode on:custom-ops-all on:custom-ops-none on:O0 on:eager)
+    mkdir -p "$O/modes"
+    for i in "${!modes[@]}"; do
+        local plugin=${modes[$i]%%:*} mode=${modes[$i]#*:}
+        local c=$O/modes/cache-$plugin-$mode # own cold caches: no two engines share a compile cache
+        run "mode-$plugin-$mode" 240 env VLLM_CACHE_ROOT="$c/vllm" TORCHINDUCTOR_CACHE_DIR="$c/inductor" \
+            TRITON_CACHE_DIR="$c/triton" python3 ci/gpu/e2e_vllm.py run --plugin "$plugin" --compile "$mode" \
+            --layers 4 --kv-cache-gib 2 --gpu-memory-utilization 0.2 --out "$O/modes/$plugin-$mode.json" &
+        pids+=($!)
+        if [ $(((i + 1) % 4)) -eq 0 ]; then wait "${pids[@]}"; pids=(); fi
+    done
+    wait
+    for m in O2 piecewise full-decode custom-ops-all custom-ops-none O0 eager; do
+        [ -f "$O/modes/on-$m.json" ] || { echo "mode $m: no result" >>"$O/modes.txt"; continue; }
+        python3 ci/gpu/e2e_vllm.py compare "$O/modes/on-$m.json" "$O/modes/off-O2.json" >>"$O/modes.txt" 2>&1
+        echo "mode $m: compare rc=$?" >>"$O/modes.txt"
+    done
+    grep -E "^mode |batch|E2E" "$O/modes.txt" | tee -a "$O/lanes.txt"
+}
+e2e() { # e2e NAME MODEL FORMAT ROUNDS [more hltools bench e2e args]
+    local name=$1 model=$2 fmt=$3 rounds=$4; shift 4
+    run "$name" python3 -m hltools bench e2e --model "$model" --format "$fmt" --rounds "$rounds" \
+        --repeats 5 --output "$O/$name" --timeout 240 "$@"
+}
+mkdir -p "$O"
+nvidia-smi --query-gpu=index,name,memory.used,clocks.max.sm --format=csv >"$O/gpus.csv"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+case $phase in
+T)
+    e2e e2e-8b-fp8-tp2 qwen3-8b fp8_dynamic 1 --tensor-parallel-size 2 --concurrency 1,8
+    ;;
+G)
+    ( export CUDA_VISIBLE_DEVICES=1; gpu_tests; compile_modes ) &
+    ( export CUDA_VISIBLE_DEVICES=0; e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 2 ) &
+    wait
+    ;;
+E2)
+    ( export CUDA_VISIBLE_DEVICES=0; e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 2 ) &
+    ( export CUDA_VISIBLE_DEVICES=1; e2e e2e-8b-int8 qwen3-8b w8a8_int8 2 ) &
+    wait
+    ;;
+G1) gpu_tests; compile_modes ;;
+E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 2 ;;
+E1B) e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 2 ;;
+*) echo "unknown phase $phase" >&2; exit 2 ;;
+esac
+echo "phase $phase done in $(($(date +%s) - START)) s" | tee -a "$O/lanes.txt"
+cat "$O/lanes.txt"
+for f in "$O"/*/e2e-*.md; do [ -f "$f" ] && cat "$f"; done
+if [ -n "${OUT:-}" ]; then
+    tar czf "$OUT/$phase.tgz" --exclude='cache-*' --exclude='*.json.gz' --exclude=model --exclude='*.bin' -C "$RES" "$phase"
+    ls -la "$OUT"
+fi
