@@ -8,11 +8,14 @@
 #       Qwen3-8B FP8_Dynamic e2e, cold and warm caches with hlcore's kernel cache (issues 6, 7).
 #   E2  (two-GPU kind) GPU 0: Qwen3-1.7B FP8_Dynamic full depth, cold + warm; GPU 1: Qwen3-8B
 #       W8A8_INT8 full depth, cold + warm (issue 6).
+#   K   (two-GPU kind) issue 4: kernel benchmarks of the shipped-model shapes with no key yet:
+#       GPU 0 Qwen3-32B TP=1 in all three formats; GPU 1 Block_FP8 of Qwen3-4B, Qwen3-14B and
+#       Llama-3.1-8B (then `hltools configs from-bench --only-new` folds them into the shipped file).
 #   G1, E1, E1B  the same work on the one-GPU kind, one lane each (G1 = tests + compile modes,
 #       E1 = 8B fp8, E1B = 1.7B fp8).
 # Each phase writes under $RES/<phase> (outside $OUT: only a few files come back per call) and
 # packs it into $OUT/<phase>.tgz at the end. Usage there (after the bundle's env.sh and
-# ci/gpu/setup.sh):  LIMIT=s bash ci/gpu/runs/2026-12-01.sh T|G|E2|G1|E1|E1B
+# ci/gpu/setup.sh):  LIMIT=s bash ci/gpu/runs/2026-12-01.sh T|G|K|E2|G1|E1|E1B
 set -u
 phase=$1
 RES=${RES:-/tmp/gpu-runs}
@@ -74,6 +77,15 @@ G)
 E2)
     ( export CUDA_VISIBLE_DEVICES=0; e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 2 ) &
     ( export CUDA_VISIBLE_DEVICES=1; e2e e2e-8b-int8 qwen3-8b w8a8_int8 2 ) &
+    wait
+    ;;
+K)
+    kb() { # kb NAME MODELS FORMATS
+        run "$1" python3 -m hltools bench kernels --model "$2" --formats "$3" --no-plots --jobs 8 \
+            --output "$O/$1"
+    }
+    ( export CUDA_VISIBLE_DEVICES=0; kb kernels-32b qwen3-32b fp8_dynamic,w8a8_int8,block_fp8 ) &
+    ( export CUDA_VISIBLE_DEVICES=1; kb kernels-block qwen3-4b,qwen3-14b,llama-3.1-8b block_fp8 ) &
     wait
     ;;
 G1) gpu_tests; compile_modes ;;
