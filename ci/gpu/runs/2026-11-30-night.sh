@@ -17,16 +17,7 @@ RES=${RES:-/tmp/night}
 O=$RES/$phase
 START=$(date +%s)
 LIMIT=${LIMIT:-540}
-left() { echo $((LIMIT - ($(date +%s) - START))); }
-run() { # run NAME [TIMEOUT] CMD...: time-limited (to what is left of the phase), log in $O/NAME.log
-    local name=$1; shift
-    local t; t=$(left)
-    if [[ $1 =~ ^[0-9]+$ ]]; then [ "$1" -lt "$t" ] && t=$1; shift; fi
-    if [ "$t" -lt 30 ]; then echo "SKIP $name (no time left)" | tee -a "$O/lanes.txt"; return; fi
-    local t0; t0=$(date +%s)
-    timeout "$t" "$@" >"$O/$name.log" 2>&1
-    echo "$name rc=$? $(($(date +%s) - t0)) s (limit $t s)" | tee -a "$O/lanes.txt"
-}
+source "$(dirname "$0")/phase-lib.sh"
 mkdir -p "$O"
 nvidia-smi --query-gpu=index,name,memory.used,clocks.max.sm --format=csv >"$O/gpus.csv"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -22,16 +22,7 @@ RES=${RES:-/tmp/gpu-runs}
 O=$RES/$phase
 START=$(date +%s)
 LIMIT=${LIMIT:-540}
-left() { echo $((LIMIT - ($(date +%s) - START))); }
-run() { # run NAME [TIMEOUT] CMD...: time-limited (to what is left of the phase), log in $O/NAME.log
-    local name=$1; shift
-    local t; t=$(left)
-    if [[ $1 =~ ^[0-9]+$ ]]; then [ "$1" -lt "$t" ] && t=$1; shift; fi
-    if [ "$t" -lt 30 ]; then echo "SKIP $name (no time left)" | tee -a "$O/lanes.txt"; return; fi
-    local t0; t0=$(date +%s)
-    timeout -k 5 "$t" "$@" >"$O/$name.log" 2>&1
-    echo "$name rc=$? $(($(date +%s) - t0)) s (limit $t s)" | tee -a "$O/lanes.txt"
-}
+source "$(dirname "$0")/phase-lib.sh"
 gpu_tests() {
     run gpu-tests 300 python3 -m nox -s gpu_tests -- packages/hlvllm/tests/gpu \
         packages/hltools/tests/gpu/test_autotune_gpu.py packages/hlcore/tests/test_kernel_cache.py -v -rfE
