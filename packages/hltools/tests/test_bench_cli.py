@@ -87,6 +87,32 @@ def test_e2e_dry_run_prints_the_engine_runs(no_gpu, tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+def test_e2e_dry_run_with_gemm_setting(no_gpu, tmp_path, monkeypatch):
+    """`--plugins off,on,gemm`: three engine runs per round, gemm with HL_AUX_KERNELS=none."""
+    monkeypatch.delenv("HL_AUX_KERNELS", raising=False)
+    monkeypatch.delenv("HL_LINEAR_BACKEND", raising=False)
+    result = runner.invoke(
+        app,
+        ["bench", "e2e", "--model", "qwen3-1.7b", "--layers", "2", "--concurrency", "1,4",
+         "--plugins", "off,on,gemm", "--output", str(tmp_path), "--dry-run"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
+    assert len(lines) == 6 and "6 engine runs" in _flat(result.output)
+    plugins = [ln.split("--plugin ")[1].split()[0] for ln in lines]
+    assert plugins == ["off", "on", "gemm", "off", "on", "gemm"]
+    for off, on, gemm in (lines[:3], lines[3:]):
+        assert "VLLM_PLUGINS='' " in off and "HL_LINEAR_BACKEND" not in off and "HL_AUX_KERNELS" not in off
+        assert "HL_LINEAR_BACKEND=helion" in on and "HL_AUX_KERNELS" not in on and "cache-on/" in on
+        assert "HL_LINEAR_BACKEND=helion" in gemm and "HL_AUX_KERNELS=none" in gemm
+        assert "VLLM_PLUGINS" not in gemm and "cache-gemm/" in gemm
+    out = result.output
+    assert out.index("# gemm-r0 (cold caches)") < out.index("# off-r1") < out.index("# gemm-r1 (warm caches)")
+    assert not any(tmp_path.iterdir())
+    bad = runner.invoke(app, ["bench", "e2e", "--plugins", "off,aux", "--dry-run", "--output", str(tmp_path)])
+    assert bad.exit_code == 2 and "plugins must be among" in _flat(bad.output)
+
+
 def test_e2e_dry_run_tensor_parallel(no_gpu, tmp_path):
     result = runner.invoke(
         app,
@@ -203,3 +229,38 @@ def test_report_reads_e2e_results(tmp_path):
     assert (tmp_path / "e2e-qwen3-8b-fp8_dynamic.png").is_file() and (
         tmp_path / "e2e-qwen3-8b-fp8_dynamic.md"
     ).is_file()
+
+
+def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
+    from hltools import e2e
+
+    def runs(plugins):
+        values = {"off": 100.0, "on": 125.0, "gemm": 140.0}
+        return [
+            {"plugin": p, "round": 0, "startup_s": 50.0,
+             "throughput": {"1": {"tokens_per_s": values[p], "tpot_ms": 1000.0 / values[p], "ttft_ms": 30.0}}}
+            for p in plugins
+        ]  # fmt: skip
+
+    meta = {**META, "model": "qwen3-8b", "format": "fp8_dynamic"}
+    e2e.write_e2e(tmp_path, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on", "gemm")))
+    result = runner.invoke(app, ["bench", "report", str(tmp_path), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    out = _flat(result.output)
+    assert "speedup GEMM only" in out and "1.250" in out and "1.400" in out and "140" in out
+    md = (tmp_path / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+    assert "| 1 | 100 | 125 | 1.250 | 10.00 | 8.00 | 30.0 | 30.0 | 140 | 1.400 | 7.14 | 30.0 |" in md
+
+    plain = tmp_path / "plain"
+    e2e.write_e2e(plain, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on")))
+    result = runner.invoke(app, ["bench", "report", str(plain), "--no-plots"])
+    assert result.exit_code == 0 and "1.250" in result.output and "GEMM" not in result.output
+    assert "GEMM only" not in (plain / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm"))), "t")
+    assert [c.header for c in table.columns][-3:] == [
+        "tok/s GEMM only",
+        "speedup GEMM only",
+        "TPOT ms GEMM only",
+    ]
+    assert list(table.columns[-2].cells) == ["1.400"] and list(table.columns[3].cells) == ["1.250"]
+    assert len(bench_cli.e2e_table(e2e.summarize(runs(("off", "on"))), "t").columns) == 6

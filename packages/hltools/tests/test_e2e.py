@@ -162,6 +162,55 @@ def test_worker_cli_parses_and_sets_the_plugin_switch(monkeypatch):
     env = {"VLLM_PLUGINS": "", "X": "1"}
     e2e.set_plugin(env, "on")
     assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion"}
+    assert e2e.main(["worker", "--plugin", "gemm", "--model-dir", "m", "--out", "o.json"]) == 0
+    assert seen["plugin"] == "gemm"
+
+
+def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
+    """``gemm``: the plugin with HL_LINEAR_BACKEND=helion and HL_AUX_KERNELS=none; ``on`` keeps a
+    HL_AUX_KERNELS the user set, ``gemm`` overrides it; ``off`` is unchanged."""
+    assert e2e.PLUGINS == ("off", "on", "gemm") and e2e.DEFAULT_PLUGINS == ("off", "on")
+    env = {"VLLM_PLUGINS": "", "HL_AUX_KERNELS": "rms_norm", "X": "1"}
+    e2e.set_plugin(env, "gemm")
+    assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "none"}
+    env = {"HL_AUX_KERNELS": "rms_norm"}
+    e2e.set_plugin(env, "on")
+    assert env == {"HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "rms_norm"}
+    env = {"HL_LINEAR_BACKEND": "helion"}
+    e2e.set_plugin(env, "off")
+    assert env == {"VLLM_PLUGINS": ""}
+    with pytest.raises(ValueError, match=r"\['off', 'on', 'gemm'\]"):
+        e2e.set_plugin({}, "aux")
+
+    gemm = e2e.worker_env("gemm", tmp_path / "cache-gemm", {"PATH": "/bin", "VLLM_PLUGINS": ""})
+    assert gemm["HL_LINEAR_BACKEND"] == "helion" and gemm["HL_AUX_KERNELS"] == "none"
+    assert "VLLM_PLUGINS" not in gemm and gemm["PATH"] == "/bin"
+    assert gemm["VLLM_CACHE_ROOT"] == str(tmp_path / "cache-gemm" / "vllm")
+    assert gemm["HL_KERNEL_CACHE_DIR"] == str(tmp_path / "cache-gemm" / "hl-kernels")
+    on = e2e.worker_env("on", tmp_path / "cache-on", {"PATH": "/bin"})
+    assert on["HL_LINEAR_BACKEND"] == "helion" and "HL_AUX_KERNELS" not in on
+    line = e2e.shell_line(e2e.worker_command("/py", tmp_path, "gemm", e2e.E2EOptions(), tmp_path / "o"), gemm)
+    assert "HL_AUX_KERNELS=none" in line and "--plugin gemm" in line
+
+
+def test_plan_runs_alternates_three_settings(tmp_path):
+    specs = e2e.plan_runs(tmp_path, ["off", "on", "gemm"], rounds=2)
+    assert [(s.name, s.cold) for s in specs] == [
+        ("off-r0", True),
+        ("on-r0", True),
+        ("gemm-r0", True),
+        ("off-r1", False),
+        ("on-r1", False),
+        ("gemm-r1", False),
+    ]
+    assert {s.plugin: s.cache for s in specs} == {
+        "off": tmp_path / "cache-off",
+        "on": tmp_path / "cache-on",
+        "gemm": tmp_path / "cache-gemm",
+    }
+    assert specs[5].out == tmp_path / "runs" / "gemm-r1.json" and specs[5].log.name == "gemm-r1.log"
+    assert [s.name for s in e2e.plan_runs(tmp_path, ["gemm", "off"], rounds=1)] == ["gemm-r0", "off-r0"]
+    assert [s.plugin for s in e2e.plan_runs(tmp_path)] == ["off", "on", "off", "on"]  # default: off, on
 
 
 def test_measure_throughput_with_a_fake_engine():
@@ -220,6 +269,54 @@ def test_summarize():
     md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4, "gpu": "H200"}, s)
     assert "| 1 | 105 | 125 | 1.190 |" in md and "| cold caches | 60.0 | 70.0 | +10.0 |" in md
     assert "on-r0: 1/2" in md
+    # no gemm runs: no gemm columns (empty ones in the rows / CSV), no gemm start-up deltas
+    assert s["plugins"] == ["off", "on"] and not e2e.has_gemm(s)
+    assert r1["tokens_per_s_gemm"] is None and r1["speedup_gemm"] is None and r1["tpot_speedup_gemm"] is None
+    assert "delta_gemm_cold_s" not in s["startup"] and "gemm" not in s["startup"]
+    assert "GEMM only" not in md and "HL_AUX_KERNELS" not in md
+    assert "| --- | --- | --- | --- | --- | --- | --- | --- |\n" in md
+
+
+def test_summarize_with_gemm_runs():
+    """off, on and gemm (Helion GEMMs only): each setting's medians, gemm / off next to on / off."""
+    runs = [
+        _run("off", 0, {1: 100.0, 8: 800.0}, 60.0),
+        _run("on", 0, {1: 120.0, 8: 760.0}, 70.0, greedy=((1, 2), (3, 5))),
+        _run("gemm", 0, {1: 110.0, 8: 880.0}, 65.0, greedy=((1, 2), (9, 9))),
+        _run("off", 1, {1: 110.0, 8: 800.0}, 30.0),
+        _run("on", 1, {1: 130.0, 8: 760.0}, 33.0),
+        _run("gemm", 1, {1: 120.0, 8: 900.0}, 31.0),
+    ]
+    s = e2e.summarize(runs)
+    assert s["plugins"] == ["off", "on", "gemm"] and e2e.has_gemm(s)
+    r1, r8 = s["rows"]
+    # off / on unchanged by the gemm runs
+    assert r1["tokens_per_s_off"] == 105.0 and r1["tokens_per_s_on"] == 125.0
+    assert r1["speedup"] == pytest.approx(125 / 105) and r8["speedup"] == pytest.approx(0.95)
+    assert r1["tokens_per_s_gemm"] == 115.0 and r8["tokens_per_s_gemm"] == 890.0
+    assert r1["speedup_gemm"] == pytest.approx(115 / 105) and r8["speedup_gemm"] == pytest.approx(1.1125)
+    assert r8["tpot_ms_gemm"] == pytest.approx((1000 / 880 + 1000 / 900) / 2)
+    assert r8["tpot_speedup_gemm"] == pytest.approx((1000 / 800) / ((1000 / 880 + 1000 / 900) / 2))
+    assert r1["ttft_ms_gemm"] == 20.0
+    st = s["startup"]
+    assert st["gemm"] == {"cold_s": 65.0, "warm_s": 31.0} and st["on"] == {"cold_s": 70.0, "warm_s": 33.0}
+    assert st["delta_cold_s"] == 10.0 and st["delta_warm_s"] == pytest.approx(3.0)
+    assert st["delta_gemm_cold_s"] == 5.0 and st["delta_gemm_warm_s"] == pytest.approx(1.0)
+    assert s["greedy_agreement"] == {"on-r0": "1/2", "on-r1": "2/2", "gemm-r0": "1/2", "gemm-r1": "2/2"}
+
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
+    assert "| speedup GEMM only |" in md and "HL_AUX_KERNELS=none" in md
+    assert "| 1 | 105 | 125 | 1.190 | 9.55 | 8.01 | 20.0 | 20.0 | 115 | 1.095 | 8.71 | 20.0 |" in md
+    assert "| 8 | 800 | 760 | 0.950 |" in md and "| 890 | 1.113 |" in md
+    assert "| cold caches | 60.0 | 70.0 | +10.0 | 65.0 | +5.0 |" in md
+    assert "| warm caches | 30.0 | 33.0 | +3.0 | 31.0 | +1.0 |" in md
+    assert "gemm-r0: 1/2, gemm-r1: 2/2" in md
+    for table in md.split("\n\n"):  # every line of a table has as many cells as its header
+        rows = [ln for ln in table.splitlines() if ln.startswith("|")]
+        assert len({ln.count("|") for ln in rows}) <= 1, rows
+    # an older summary (no "plugins" list) is judged by its rows
+    assert e2e.has_gemm({"rows": [{"tokens_per_s_gemm": 1.0}]})
+    assert not e2e.has_gemm({"rows": [{"tokens_per_s_on": 1.0}]})
 
 
 def _tp_run(plugin, rnd, kernels_by_rank, captured_by_rank):
@@ -268,6 +365,13 @@ def test_summarize_reports_helion_per_rank():
     old["kernels"], old["captured"] = helion, cap
     assert e2e.summarize([old])["helion_ranks"]["on-r0"]["active"] == 1
     assert e2e.summarize([old])["tensor_parallel_size"] == 1
+    # gemm runs are plugin runs too: counted under gemm-r<round>
+    s = e2e.summarize([*runs, _tp_run("gemm", 0, [helion, cutlass], [cap, cap])])
+    assert list(s["helion_ranks"]) == ["on-r0", "on-r1", "gemm-r0"]
+    assert s["helion_ranks"]["gemm-r0"]["active"] == 1
+    assert s["helion_ranks"]["gemm-r0"]["inactive"] == {"1": "no Helion kernel"}
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
+    assert "gemm-r0: Helion active in 1/2 ranks (rank 1: no Helion kernel)" in md
 
 
 def test_run_e2e_with_a_fake_launcher(tmp_path):
@@ -318,6 +422,11 @@ def test_run_e2e_with_a_fake_launcher(tmp_path):
     assert payload["summary"]["rows"][1]["speedup"] == pytest.approx(1.2)
     csv_lines = (out / "e2e-qwen3-1.7b-block_fp8.csv").read_text().splitlines()
     assert csv_lines[0].split(",") == list(e2e.SUMMARY_FIELDS) and len(csv_lines) == 3
+    assert e2e.SUMMARY_FIELDS[:9] == (
+        "concurrency", "tokens_per_s_off", "tokens_per_s_on", "speedup", "tpot_ms_off", "tpot_ms_on",
+        "tpot_speedup", "ttft_ms_off", "ttft_ms_on",
+    )  # fmt: skip
+    assert csv_lines[1].split(",")[-5:] == [""] * 5  # the gemm columns, at the end, empty
     assert (out / "e2e-qwen3-1.7b-block_fp8.md").read_text().startswith("# vLLM end to end: Qwen/Qwen3-1.7B")
     assert report.files["stem"] == "e2e-qwen3-1.7b-block_fp8"
 
@@ -424,3 +533,113 @@ def test_rank_functions_are_sent_from_the_importable_module():
         assert f.__module__ == "hltools.e2e" and pickle.loads(pickle.dumps(f)) is f
     body = inspect.getsource(m.worker_main)
     assert body.count("llm.apply_model(rank_fns.") == 4 and "apply_model(fill_weights" not in body
+
+
+def test_run_e2e_with_gemm_runs(tmp_path, monkeypatch):
+    """``plugins=off,on,gemm``: three workers per round, gemm with HL_AUX_KERNELS=none in its own
+    cache dir; the files carry gemm's tokens/s and its speedup over off."""
+    monkeypatch.delenv("HL_AUX_KERNELS", raising=False)
+    launched = []
+    factor = {"off": 1.0, "on": 1.1, "gemm": 1.25}
+
+    def launcher(cmd, env, log, timeout):
+        args = dict(zip(cmd[4::2], cmd[5::2], strict=True))
+        p = args["--plugin"]
+        launched.append((p, env.get("HL_LINEAR_BACKEND"), env.get("HL_AUX_KERNELS"), env["VLLM_CACHE_ROOT"]))
+        tps = {int(c): 100.0 * int(c) * factor[p] for c in args["--concurrency"].split(",")}
+        with open(args["--out"], "w") as f:
+            json.dump(_run(p, -1, tps, {"off": 40.0, "on": 50.0, "gemm": 44.0}[p]), f)
+        return 0
+
+    report = e2e.run_e2e(
+        model="qwen3-1.7b",
+        model_config=load_model_config("qwen3-1.7b"),
+        fmt="fp8_dynamic",
+        layers=2,
+        options=e2e.E2EOptions(concurrency=(1, 4)),
+        output=tmp_path,
+        plugins=["off", "on", "gemm"],
+        launcher=launcher,
+    )
+    work = tmp_path / "e2e-qwen3-1.7b-fp8_dynamic"
+    assert (
+        launched
+        == [
+            ("off", None, None, str(work / "cache-off" / "vllm")),
+            ("on", "helion", None, str(work / "cache-on" / "vllm")),
+            ("gemm", "helion", "none", str(work / "cache-gemm" / "vllm")),
+        ]
+        * 2
+    )
+    assert not report.failed and [r["plugin"] for r in report.runs] == ["off", "on", "gemm"] * 2
+    payload = json.loads((tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.json").read_text())
+    assert payload["metadata"]["plugins"] == ["off", "on", "gemm"]
+    row = payload["summary"]["rows"][1]
+    assert row["concurrency"] == 4 and row["tokens_per_s_gemm"] == pytest.approx(500.0)
+    assert row["speedup"] == pytest.approx(1.1) and row["speedup_gemm"] == pytest.approx(1.25)
+    assert payload["summary"]["startup"]["delta_gemm_cold_s"] == pytest.approx(4.0)
+    lines = (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.csv").read_text().splitlines()
+    cells = dict(zip(lines[0].split(","), lines[2].split(","), strict=True))
+    assert float(cells["tokens_per_s_gemm"]) == pytest.approx(500.0)
+    assert float(cells["speedup_gemm"]) == pytest.approx(1.25) and float(cells["speedup"]) == pytest.approx(
+        1.1
+    )
+    md = (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.md").read_text()
+    assert "| 4 | 400 | 440 | 1.100 |" in md and "| 500 | 1.250 |" in md
+
+
+@pytest.mark.parametrize("plugin", ["off", "on", "gemm"])
+def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugin):
+    """worker_main with a fake vllm.LLM: ``on`` and ``gemm`` collect the captured sizes (GEMM and
+    aux) from every rank, ``off`` does not; the environment it records holds the plugin switch."""
+    import os
+    import types
+
+    import torch
+
+    calls = []
+    canned = {
+        "fill_weights": 7,
+        "linear_kernels": {"qkv_proj": "HelionFP8ScaledMMLinearKernel"},
+        "dispatch_counts": {"helion": {"1": [[4096, 4096, 2]]}},
+        "aux_capture_counts": {"rms_norm/vllm": {"1": [[4096, 1]]}},
+    }
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+        def apply_model(self, fn):
+            calls.append(fn.__name__)
+            return [canned[fn.__name__]]
+
+        def generate(self, prompts, sp, use_tqdm=True):
+            out = types.SimpleNamespace(token_ids=list(range(sp.max_tokens)))
+            return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+
+    fake_vllm = types.ModuleType("vllm")
+    fake_vllm.LLM = FakeLLM
+    fake_vllm.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "FakeGPU")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(os, "environ", {"PATH": os.environ.get("PATH", ""), "VLLM_PLUGINS": ""})
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "vocab_size": 100}))
+    out = tmp_path / "o.json"
+    argv = ["worker", "--plugin", plugin, "--model-dir", str(tmp_path), "--out", str(out)]
+    assert e2e.main([*argv, "--concurrency", "1,2", "--output-len", "3", "--repeats", "1"]) == 0
+    result = json.loads(out.read_text())
+    helion = plugin != "off"
+    assert result["plugin"] == plugin and result["gpu"] == "FakeGPU" and result["filled"] == 7
+    assert calls == ["fill_weights", "linear_kernels"] + (
+        ["dispatch_counts", "aux_capture_counts"] if helion else []
+    )
+    assert result["captured"] == (canned["dispatch_counts"] if helion else {})
+    assert result["captured_by_rank"] == ([canned["dispatch_counts"]] if helion else [])
+    assert result["aux_captured_by_rank"] == ([canned["aux_capture_counts"]] if helion else [])
+    assert result["env"]["HL_LINEAR_BACKEND"] == ("helion" if helion else None)
+    assert result["env"]["HL_AUX_KERNELS"] == ("none" if plugin == "gemm" else None)
+    assert result["env"]["VLLM_PLUGINS"] == ("" if plugin == "off" else None)
+    assert set(result["throughput"]) == {"1", "2"} and result["greedy"] == [[*range(16)]] * 4
+    if helion:
+        assert e2e.helion_ranks(result)["active"] == 1

@@ -74,6 +74,43 @@ def test_e2e_plot(tmp_path):
     assert path.read_bytes().startswith(PNG)
 
 
+def _drawn(monkeypatch, rows, path):
+    """plot_e2e's figure: the labels and y values of each axis's lines (plt.close recorded)."""
+    import matplotlib.pyplot as plt
+
+    figs = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (figs.append(fig), real_close(fig)))
+    out = plot_e2e(rows, path, metadata={**META, "model": "qwen3-8b", "format": "fp8_dynamic"})
+    assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
+    (fig,) = figs
+    return [  # labelled lines only (not the y = 1 reference line)
+        {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+        for ax in fig.axes
+    ]
+
+
+def test_e2e_plot_draws_a_gemm_series_when_present(tmp_path, monkeypatch):
+    rows = [
+        {"concurrency": c, "tokens_per_s_off": 100.0 * c, "tokens_per_s_on": 110.0 * c, "speedup": 1.1,
+         "tpot_ms_off": 5.0, "tpot_ms_on": 4.0, "tokens_per_s_gemm": 120.0 * c, "speedup_gemm": 1.2,
+         "tpot_ms_gemm": 2.5}
+        for c in (1, 2, 4, 32)
+    ]  # fmt: skip
+    left, right = _drawn(monkeypatch, rows, tmp_path / "gemm.png")
+    assert left["hlvllm GEMM only (HL_AUX_KERNELS=none)"] == [120.0, 240.0, 480.0, 3840.0]
+    assert left["vLLM (no plugin)"] == [100.0, 200.0, 400.0, 3200.0]
+    assert right["tokens/s ratio (GEMM only / vLLM)"] == [1.2] * 4
+    assert right["tokens/s ratio (hlvllm / vLLM)"] == [1.1] * 4
+    assert right["per-token latency ratio (off / gemm)"] == [2.0] * 4
+    # without gemm values: the off/on series alone
+    for r in rows:
+        r["tokens_per_s_gemm"] = r["speedup_gemm"] = r["tpot_ms_gemm"] = None
+    left, right = _drawn(monkeypatch, rows, tmp_path / "plain.png")
+    assert set(left) == {"vLLM (no plugin)", "hlvllm"}
+    assert set(right) == {"tokens/s ratio", "per-token latency ratio (off / on)"}
+
+
 def test_provenance_line():
     assert provenance_line({**META, "date": "2026-11-30T12:00:00+00:00"}) == (
         "NVIDIA H200 · torch 2.11 · triton 3.6 · helion 1.5 · vllm 0.26 · commit 0123456789 · 2026-11-30"

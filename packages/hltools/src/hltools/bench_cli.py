@@ -343,24 +343,36 @@ def repro_command(r, metadata: dict) -> str:
 # e2e
 # --------------------------------------------------------------------------------------------
 def e2e_table(summary: dict, title: str) -> Table:
-    """A rich table of :func:`hltools.e2e.summarize`'s rows."""
+    """A rich table of :func:`hltools.e2e.summarize`'s rows; with ``gemm`` runs (Helion GEMMs only,
+    ``HL_AUX_KERNELS=none``) their tokens/s, speedup over vLLM and TPOT too."""
+    from hltools.e2e import has_gemm
 
     def f(v, spec):
         return "-" if v is None else format(v, spec)
 
+    gemm = has_gemm(summary)
     table = Table(title=title)
-    cols = ("concurrency", "tok/s vLLM", "tok/s hlvllm", "speedup", "TPOT ms vLLM", "TPOT ms hlvllm")
+    cols = ["concurrency", "tok/s vLLM", "tok/s hlvllm", "speedup", "TPOT ms vLLM", "TPOT ms hlvllm"]
+    if gemm:
+        cols += ["tok/s GEMM only", "speedup GEMM only", "TPOT ms GEMM only"]
     for c in cols:
         table.add_column(c, justify="right")
     for r in summary["rows"]:
-        table.add_row(
+        cells = [
             str(r["concurrency"]),
             f(r["tokens_per_s_off"], ".0f"),
             f(r["tokens_per_s_on"], ".0f"),
             f(r["speedup"], ".3f"),
             f(r["tpot_ms_off"], ".2f"),
             f(r["tpot_ms_on"], ".2f"),
-        )
+        ]
+        if gemm:
+            cells += [
+                f(r.get("tokens_per_s_gemm"), ".0f"),
+                f(r.get("speedup_gemm"), ".3f"),
+                f(r.get("tpot_ms_gemm"), ".2f"),
+            ]
+        table.add_row(*cells)
     return table
 
 
@@ -390,7 +402,12 @@ def e2e(
         typer.Option(min=1, help="Engine runs per plugin setting; round 1 cold caches, later rounds warm."),
     ] = 2,
     plugins: Annotated[
-        str, typer.Option(help="Which engines: off, on (comma-separated, run alternating).")
+        str,
+        typer.Option(
+            help="Which engines (comma-separated, run alternating): off (no plugin), on (Helion GEMMs "
+            "and aux kernels), gemm (Helion GEMMs only: HL_AUX_KERNELS=none, vLLM's norm/activation/"
+            "quant layers fused by Inductor)."
+        ),
     ] = "off,on",
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")] = 0.6,
     seed: Annotated[int, typer.Option(help="Seed of the prompts and the engine.")] = 0,
@@ -424,7 +441,8 @@ def e2e(
 ) -> None:
     """Output tokens/s and per-token latency of a real vLLM engine (dummy weights from the model's
     config.json) with and without the plugin, at each concurrency; engine start-up time with cold
-    and warm compile caches.
+    and warm compile caches. `--plugins off,on,gemm` adds engines with Helion's GEMMs alone
+    (HL_AUX_KERNELS=none), to set the aux kernels' effect against Inductor's fused norm+quant.
 
     Each engine runs in its own process (`python -m hltools.e2e worker`), max_num_seqs 32, prefix
     caching off, fixed input/output lengths, greedy. Writes `e2e-<model>-<format>.{json,csv,md}` and

@@ -3,8 +3,18 @@
 The parent (:func:`run_e2e`, CPU-side) writes a ``config.json`` (the model's architecture with
 ``--layers`` decoder layers and the format's ``quantization_config``; no weights, nothing
 downloaded) and starts one *worker* process per engine run (``python -m hltools.e2e worker ...``,
-:func:`worker_command`): plugin ``on`` (``HL_LINEAR_BACKEND=helion``) and ``off`` (``VLLM_PLUGINS=``,
-no plugin loaded), alternating, for ``rounds`` rounds. Round 0 starts from empty compile caches
+:func:`worker_command`), one per *plugin setting* (:data:`PLUGINS`, default ``off`` and ``on``) and
+round, the settings alternating, for ``rounds`` rounds:
+
+* ``off``: ``VLLM_PLUGINS=`` (no plugin loaded), vLLM as it ships;
+* ``on``: ``HL_LINEAR_BACKEND=helion``, Helion GEMMs and Helion's auxiliary kernels (RMSNorm,
+  SiluAndMul, QuantFP8; a ``HL_AUX_KERNELS`` the user set is kept);
+* ``gemm``: ``HL_LINEAR_BACKEND=helion`` with ``HL_AUX_KERNELS=none``: Helion GEMMs only, vLLM's own
+  norm, activation and quant layers (which vLLM's torch.compile lets Inductor fuse). ``on`` next to
+  ``gemm`` measures what the aux kernels add or cost end to end (they replace Inductor's fused
+  norm+quant with more, separate kernel launches per decode step).
+
+Round 0 starts from empty compile caches
 (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HELION_CACHE_DIR`` and,
 unless ``kernel_cache=False`` (``--no-hl-kernel-cache``), hlcore's ``HL_KERNEL_CACHE_DIR``; one set
 per plugin setting under the output directory): its start-up time is the *cold* one; later rounds
@@ -21,7 +31,7 @@ concurrency ``c``: ``c`` random prompts of ``input_len`` tokens (the same in eve
 ``output_len`` output tokens. Output tokens/s = ``c * output_len / median(t_full)``; per-token
 latency (TPOT) = ``(median(t_full) - median(t_one)) / (output_len - 1)``; TTFT ~ ``median(t_one)``.
 It also records the kernels vLLM chose per layer, greedy tokens of 4 short prompts (agreement
-between the runs) and, with the plugin, which sizes were captured into CUDA graphs with Helion: rank
+between the runs) and, with the plugin (``on``, ``gemm``), which sizes were captured into CUDA graphs with Helion: rank
 0's under ``kernels`` / ``captured``, every tensor-parallel rank's under ``kernels_by_rank`` /
 ``captured_by_rank`` (``llm.apply_model`` runs in each rank); :func:`summarize` counts the ranks where
 Helion was active.
@@ -49,7 +59,13 @@ from pathlib import Path
 from typing import Any
 
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
-PLUGINS = ("off", "on")
+#: Plugin settings (see the module docstring): ``off`` no plugin, ``on`` Helion GEMMs and aux
+#: kernels, ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``).
+PLUGINS = ("off", "on", "gemm")
+#: What runs when no settings are named (``--plugins off,on``).
+DEFAULT_PLUGINS = ("off", "on")
+#: The settings that load the plugin with ``HL_LINEAR_BACKEND=helion`` (Helion GEMMs active).
+HELION_PLUGINS = ("on", "gemm")
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 MAX_NUM_SEQS = 32
 AGREEMENT_PROMPTS = 4
@@ -180,7 +196,7 @@ class RunSpec:
         return f"{self.plugin}-r{self.round}"
 
 
-def plan_runs(workdir: Path, plugins: Sequence[str] = PLUGINS, rounds: int = 2) -> list[RunSpec]:
+def plan_runs(workdir: Path, plugins: Sequence[str] = DEFAULT_PLUGINS, rounds: int = 2) -> list[RunSpec]:
     """Runs in execution order: each round runs every plugin setting (alternating), round 0 cold."""
     bad = [p for p in plugins if p not in PLUGINS]
     if bad or not plugins:
@@ -274,8 +290,9 @@ def worker_env(
     """The worker's environment: ``base`` (default ``os.environ``) plus :data:`BASE_ENV` defaults
     (and :data:`TP_ENV` ones for ``tensor_parallel_size > 1``), the compile-cache directories under
     ``cache`` (with ``kernel_cache``, hlcore's ``HL_KERNEL_CACHE_DIR`` too; without, that variable is
-    removed), and the plugin switch: ``on`` sets ``HL_LINEAR_BACKEND=helion``, ``off`` sets
-    ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops ``HL_LINEAR_BACKEND``."""
+    removed), and the plugin switch (:func:`set_plugin`): ``on`` sets ``HL_LINEAR_BACKEND=helion``,
+    ``gemm`` that and ``HL_AUX_KERNELS=none``, ``off`` sets ``VLLM_PLUGINS=`` (vLLM loads no general
+    plugin) and drops ``HL_LINEAR_BACKEND``."""
     env = dict(os.environ if base is None else base)
     default_env(env, tensor_parallel_size)
     for var, sub in CACHE_VARS.items():
@@ -290,16 +307,20 @@ def worker_env(
 
 def set_plugin(env: MutableMapping[str, str], plugin: str) -> None:
     """The plugin switch in ``env``: ``on`` -> ``HL_LINEAR_BACKEND=helion`` (and no empty
-    ``VLLM_PLUGINS``); ``off`` -> ``VLLM_PLUGINS=`` and no ``HL_LINEAR_BACKEND``."""
-    if plugin == "on":
+    ``VLLM_PLUGINS``; a ``HL_AUX_KERNELS`` already set is kept); ``gemm`` -> the same and
+    ``HL_AUX_KERNELS=none`` (Helion GEMMs only); ``off`` -> ``VLLM_PLUGINS=`` and no
+    ``HL_LINEAR_BACKEND``."""
+    if plugin in HELION_PLUGINS:
         env["HL_LINEAR_BACKEND"] = "helion"
         if env.get("VLLM_PLUGINS") == "":
             del env["VLLM_PLUGINS"]
+        if plugin == "gemm":
+            env["HL_AUX_KERNELS"] = "none"
     elif plugin == "off":
         env["VLLM_PLUGINS"] = ""
         env.pop("HL_LINEAR_BACKEND", None)
     else:
-        raise ValueError(f"plugin must be 'on' or 'off'; got {plugin!r}")
+        raise ValueError(f"plugin must be one of {list(PLUGINS)}; got {plugin!r}")
 
 
 def shell_line(cmd: Sequence[str], env: Mapping[str, str], base: Mapping[str, str] | None = None) -> str:
@@ -318,7 +339,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Per tensor-parallel rank of a plugin-on run: did it use a Helion linear kernel (a class name
+    """Per tensor-parallel rank of a plugin run (``on`` or ``gemm``): did it use a Helion linear kernel (a class name
     ``Helion...`` in ``kernels_by_rank``) and capture sizes into CUDA graphs with Helion (a
     ``helion`` route in ``captured_by_rank``)? ``{"ranks", "kernels", "captured", "active",
     "inactive"}`` (counts; ``inactive``: rank -> what it lacks); older results without ``*_by_rank``
@@ -351,10 +372,14 @@ def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Aggregate worker results: per concurrency, each plugin's tokens/s, TPOT and TTFT (median over
-    rounds) and the ratios; start-up times (cold = round 0, warm = median of later rounds); greedy
-    agreement of the plugin's runs with the no-plugin run of round 0; the tensor-parallel size; per
-    plugin-on run, in how many ranks Helion was active (:func:`helion_ranks`)."""
+    """Aggregate worker results: per concurrency, each plugin setting's tokens/s, TPOT and TTFT
+    (median over rounds; ``None`` for a setting without runs) and the ratios to ``off`` (``speedup``,
+    ``tpot_speedup``: ``on``; ``speedup_gemm``, ``tpot_speedup_gemm``: ``gemm``); start-up times (cold
+    = round 0, warm = median of later rounds) and their deltas to ``off`` (``delta_*``: ``on``;
+    ``delta_gemm_*``, with ``gemm`` runs only); greedy agreement of the plugin's runs with the
+    no-plugin run of round 0; the tensor-parallel size; per plugin run (``on``, ``gemm``), in how many
+    ranks Helion was active (:func:`helion_ranks`); the settings present (``plugins``, in
+    :data:`PLUGINS` order)."""
     by: dict[str, list[Mapping[str, Any]]] = {}
     for r in runs:
         by.setdefault(r["plugin"], []).append(r)
@@ -367,40 +392,55 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             row[f"tokens_per_s_{p}"] = _median([t["tokens_per_s"] for t in pts])
             row[f"tpot_ms_{p}"] = _median([t["tpot_ms"] for t in pts])
             row[f"ttft_ms_{p}"] = _median([t["ttft_ms"] for t in pts])
-        on, off = row["tokens_per_s_on"], row["tokens_per_s_off"]
-        row["speedup"] = on / off if on and off else None
-        lon, loff = row["tpot_ms_on"], row["tpot_ms_off"]
-        row["tpot_speedup"] = loff / lon if lon and loff else None
+        off, loff = row["tokens_per_s_off"], row["tpot_ms_off"]
+        for p, suffix in (("on", ""), ("gemm", "_gemm")):
+            tps, lat = row[f"tokens_per_s_{p}"], row[f"tpot_ms_{p}"]
+            row[f"speedup{suffix}"] = tps / off if tps and off else None
+            row[f"tpot_speedup{suffix}"] = loff / lat if lat and loff else None
         rows.append(row)
     startup: dict[str, Any] = {}
     for p, rs in by.items():
         cold = [r["startup_s"] for r in rs if r.get("round") == 0]
         warm = [r["startup_s"] for r in rs if r.get("round", 0) > 0]
         startup[p] = {"cold_s": cold[0] if cold else None, "warm_s": _median(warm)}
-    for kind in ("cold_s", "warm_s"):
-        a, b = startup.get("on", {}).get(kind), startup.get("off", {}).get(kind)
-        startup[f"delta_{kind}"] = a - b if a is not None and b is not None else None
+    for p, prefix in (("on", "delta_"), ("gemm", "delta_gemm_")):
+        if p == "gemm" and p not in by:
+            continue  # older summaries (no gemm runs) keep their keys
+        for kind in ("cold_s", "warm_s"):
+            a, b = startup.get(p, {}).get(kind), startup.get("off", {}).get(kind)
+            startup[f"{prefix}{kind}"] = a - b if a is not None and b is not None else None
     agreement = None
     ref = next((r for r in by.get("off", []) if r.get("round") == 0 and r.get("greedy")), None)
     if ref:
         agreement = {}
-        for r in by.get("on", []):
-            if r.get("greedy"):
-                same = sum(a == b for a, b in zip(r["greedy"], ref["greedy"], strict=False))
-                agreement[f"on-r{r.get('round')}"] = f"{same}/{len(ref['greedy'])}"
+        for p in HELION_PLUGINS:
+            for r in by.get(p, []):
+                if r.get("greedy"):
+                    same = sum(a == b for a, b in zip(r["greedy"], ref["greedy"], strict=False))
+                    agreement[f"{p}-r{r.get('round')}"] = f"{same}/{len(ref['greedy'])}"
     sizes = sorted({int(r.get("tensor_parallel_size", 1)) for r in runs}) or [1]
     helion = {}
-    for r in by.get("on", []):
-        ranks = helion_ranks(r)
-        if ranks is not None:
-            helion[f"on-r{r.get('round')}"] = ranks
+    for p in HELION_PLUGINS:
+        for r in by.get(p, []):
+            ranks = helion_ranks(r)
+            if ranks is not None:
+                helion[f"{p}-r{r.get('round')}"] = ranks
     return {
         "rows": rows,
         "startup": startup,
         "greedy_agreement": agreement,
         "tensor_parallel_size": sizes[0] if len(sizes) == 1 else sizes,
         "helion_ranks": helion,
+        "plugins": [p for p in PLUGINS if p in by],
     }
+
+
+def has_gemm(summary: Mapping[str, Any]) -> bool:
+    """Whether a :func:`summarize` result holds ``gemm`` runs (Helion GEMMs only); summaries without
+    a ``plugins`` list (older files) are judged by their rows."""
+    if "plugins" in summary:
+        return "gemm" in summary["plugins"]
+    return any(r.get("tokens_per_s_gemm") is not None for r in summary.get("rows", []))
 
 
 SUMMARY_FIELDS = (
@@ -413,6 +453,12 @@ SUMMARY_FIELDS = (
     "tpot_speedup",
     "ttft_ms_off",
     "ttft_ms_on",
+    # ``gemm`` (Helion GEMMs only, HL_AUX_KERNELS=none); empty without gemm runs
+    "tokens_per_s_gemm",
+    "speedup_gemm",
+    "tpot_ms_gemm",
+    "tpot_speedup_gemm",
+    "ttft_ms_gemm",
 )
 
 
@@ -431,7 +477,8 @@ def write_e2e(
 
 
 def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
-    """The e2e summary as markdown (provenance, one row per concurrency, start-up times)."""
+    """The e2e summary as markdown (provenance, one row per concurrency, start-up times). With
+    ``gemm`` runs (:func:`has_gemm`), columns for them ("GEMM only") follow the ``off``/``on`` ones."""
 
     def f(v, spec):
         return "-" if v is None else format(v, spec)
@@ -447,20 +494,43 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
             if metadata.get(k)
         ),
         "",
-        "| concurrency | tok/s vLLM | tok/s hlvllm | speedup | TPOT ms vLLM | TPOT ms hlvllm | TTFT ms vLLM | TTFT ms hlvllm |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    gemm = has_gemm(summary)
+    if gemm:
+        lines += [
+            "vLLM: no plugin · hlvllm: Helion GEMMs and aux kernels (RMSNorm, SiluAndMul, QuantFP8) · "
+            "GEMM only: Helion GEMMs, `HL_AUX_KERNELS=none` (vLLM's norm/activation/quant layers, fused "
+            "by Inductor). Speedups are tokens/s over vLLM's.",
+            "",
+        ]
+    head = "| concurrency | tok/s vLLM | tok/s hlvllm | speedup | TPOT ms vLLM | TPOT ms hlvllm | TTFT ms vLLM | TTFT ms hlvllm |"
+    if gemm:
+        head += " tok/s GEMM only | speedup GEMM only | TPOT ms GEMM only | TTFT ms GEMM only |"
+    lines += [head, "|" + " --- |" * head.count(" | ") + " --- |"]
     for r in summary["rows"]:
-        lines.append(
+        line = (
             f"| {r['concurrency']} | {f(r['tokens_per_s_off'], '.0f')} | {f(r['tokens_per_s_on'], '.0f')} | "
             f"{f(r['speedup'], '.3f')} | {f(r['tpot_ms_off'], '.2f')} | {f(r['tpot_ms_on'], '.2f')} | "
             f"{f(r['ttft_ms_off'], '.1f')} | {f(r['ttft_ms_on'], '.1f')} |"
         )
+        if gemm:
+            line += (
+                f" {f(r.get('tokens_per_s_gemm'), '.0f')} | {f(r.get('speedup_gemm'), '.3f')} | "
+                f"{f(r.get('tpot_ms_gemm'), '.2f')} | {f(r.get('ttft_ms_gemm'), '.1f')} |"
+            )
+        lines.append(line)
     s = summary["startup"]
-    lines += ["", "| start-up | vLLM s | hlvllm s | delta s |", "| --- | --- | --- | --- |"]
+    head = "| start-up | vLLM s | hlvllm s | delta s |" + (
+        " GEMM only s | delta GEMM only s |" if gemm else ""
+    )
+    lines += ["", head, "|" + " --- |" * (6 if gemm else 4)]
     for kind, label in (("cold_s", "cold caches"), ("warm_s", "warm caches")):
         off, on = s.get("off", {}).get(kind), s.get("on", {}).get(kind)
-        lines.append(f"| {label} | {f(off, '.1f')} | {f(on, '.1f')} | {f(s.get('delta_' + kind), '+.1f')} |")
+        line = f"| {label} | {f(off, '.1f')} | {f(on, '.1f')} | {f(s.get('delta_' + kind), '+.1f')} |"
+        if gemm:
+            g = s.get("gemm", {}).get(kind)
+            line += f" {f(g, '.1f')} | {f(s.get('delta_gemm_' + kind), '+.1f')} |"
+        lines.append(line)
     if summary.get("greedy_agreement"):
         agree = ", ".join(f"{k}: {v}" for k, v in summary["greedy_agreement"].items())
         lines += [
@@ -473,9 +543,9 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
 
 
 def helion_line(helion: Mapping[str, Mapping[str, Any]]) -> str:
-    """One sentence from ``summarize()["helion_ranks"]``: per plugin-on run, in how many ranks Helion
-    was active (a Helion linear kernel and sizes captured into CUDA graphs with it), and what the
-    other ranks lack."""
+    """One sentence from ``summarize()["helion_ranks"]``: per plugin run (``on-r0``, ``gemm-r0``, ...),
+    in how many ranks Helion was active (a Helion linear kernel and sizes captured into CUDA graphs
+    with it), and what the other ranks lack."""
     parts = []
     for name, h in helion.items():
         part = f"{name}: Helion active in {h['active']}/{h['ranks']} ranks"
@@ -534,7 +604,7 @@ def run_e2e(
     layers: int | None,
     options: E2EOptions,
     output: Path,
-    plugins: Sequence[str] = PLUGINS,
+    plugins: Sequence[str] = DEFAULT_PLUGINS,
     rounds: int = 2,
     python: str = sys.executable,
     launcher: Launcher = subprocess_launcher,
@@ -799,9 +869,11 @@ def worker_main(args: argparse.Namespace) -> int:
     throughput = measure_throughput(
         generate, lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c), options
     )
-    captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if args.plugin == "on" else []
+    helion_on = args.plugin in HELION_PLUGINS  # on and gemm load the plugin with Helion GEMMs
+    captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if helion_on else []
     captured = captured_by_rank[0] if captured_by_rank else {}
-    aux_by_rank = list(llm.apply_model(rank_fns.aux_capture_counts)) if args.plugin == "on" else []
+    # gemm (HL_AUX_KERNELS=none) records them too: it should show no aux op on Helion's path
+    aux_by_rank = list(llm.apply_model(rank_fns.aux_capture_counts)) if helion_on else []
     v = versions()
     result = {
         "plugin": args.plugin,
@@ -823,7 +895,8 @@ def worker_main(args: argparse.Namespace) -> int:
         "throughput": throughput,
         "options": asdict(options),
         "env": {
-            k: os.environ.get(k) for k in ("HL_LINEAR_BACKEND", "VLLM_PLUGINS", "VLLM_USE_DEEP_GEMM", *TP_ENV)
+            k: os.environ.get(k)
+            for k in ("HL_LINEAR_BACKEND", "HL_AUX_KERNELS", "VLLM_PLUGINS", "VLLM_USE_DEEP_GEMM", *TP_ENV)
         },
     }
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
@@ -844,7 +917,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hltools.e2e", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker", help="one engine run (needs a GPU); the plugin switch is in the environment")
-    w.add_argument("--plugin", choices=PLUGINS, required=True)
+    w.add_argument(
+        "--plugin",
+        choices=PLUGINS,
+        required=True,
+        help="off, on, or gemm (Helion GEMMs only, no aux kernels)",
+    )
     w.add_argument("--model-dir", required=True)
     w.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)))
     w.add_argument("--input-len", type=int, default=128)

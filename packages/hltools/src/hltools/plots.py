@@ -3,7 +3,8 @@
 * :func:`plot_kernel_speedups`: one PNG per format, the distribution of Helion's per-shape speedup
   over vLLM's default kernel (baseline µs / Helion µs; > 1 = Helion faster): a box per (model,
   layer) over the num_tokens values, every point drawn (coloured by M), the geomean as a line.
-* :func:`plot_e2e`: output tokens/s with and without the plugin vs concurrency, and their ratio.
+* :func:`plot_e2e`: output tokens/s with and without the plugin vs concurrency, and their ratio (a
+  second series for ``gemm`` runs, Helion GEMMs without the aux kernels, when there are any).
 
 Every plot carries GPU, versions and commit in its title. ``PlotsUnavailable`` is raised when
 matplotlib is not installed (the GPU machine runs without it: ``hltools bench report DIR`` redraws
@@ -116,34 +117,48 @@ def _short(kernel: str) -> str:
 def plot_e2e(rows: Sequence[Mapping[str, Any]], path: Path, *, metadata: Mapping[str, Any]) -> Path:
     """Write one PNG: left, output tokens/s with and without the plugin vs concurrency (log2 axis);
     right, the plugin's speedup (tokens/s ratio) and per-token latency ratio. ``rows``:
-    :func:`hltools.e2e.summary_rows` (keys ``concurrency``, ``tokens_per_s_on``, ``tokens_per_s_off``,
-    ``speedup``, ``tpot_ms_on``, ``tpot_ms_off``)."""
+    :func:`hltools.e2e.summarize`'s (keys ``concurrency``, ``tokens_per_s_on``, ``tokens_per_s_off``,
+    ``speedup``, ``tpot_ms_on``, ``tpot_ms_off``). Rows with ``gemm`` values (``tokens_per_s_gemm``,
+    ``speedup_gemm``, ``tpot_ms_gemm``: Helion GEMMs only, ``HL_AUX_KERNELS=none``) add a series for
+    them on both sides."""
     plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = sorted(rows, key=lambda r: r["concurrency"])
     c = [r["concurrency"] for r in rows]
+    gemm = any(r.get("tokens_per_s_gemm") is not None for r in rows)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for key, label, style in (
-        ("tokens_per_s_off", "vLLM (no plugin)", "o-"),
-        ("tokens_per_s_on", "hlvllm", "s-"),
-    ):
+    series = [("tokens_per_s_off", "vLLM (no plugin)", "o-"), ("tokens_per_s_on", "hlvllm", "s-")]
+    if gemm:
+        series.append(("tokens_per_s_gemm", "hlvllm GEMM only (HL_AUX_KERNELS=none)", "D-"))
+    for key, label, style in series:
         left.plot(c, [_nan(r.get(key)) for r in rows], style, label=label)
     left.set_xscale("log", base=2)
     left.set_xticks(c, [str(x) for x in c])
     left.set_xlabel("concurrency (sequences decoded together)")
     left.set_ylabel("output tokens/s")
-    left.legend()
+    left.legend(fontsize="small" if gemm else None)
     left.grid(alpha=0.3)
-    right.plot(c, [_nan(r.get("speedup")) for r in rows], "s-", color="crimson", label="tokens/s ratio")
+    on_label = "tokens/s ratio (hlvllm / vLLM)" if gemm else "tokens/s ratio"
+    right.plot(c, [_nan(r.get("speedup")) for r in rows], "s-", color="crimson", label=on_label)
     lat = [_ratio(r.get("tpot_ms_off"), r.get("tpot_ms_on")) for r in rows]
     right.plot(c, lat, "^--", color="teal", label="per-token latency ratio (off / on)")
+    if gemm:
+        right.plot(
+            c,
+            [_nan(r.get("speedup_gemm")) for r in rows],
+            "D-",
+            color="darkorange",
+            label="tokens/s ratio (GEMM only / vLLM)",
+        )
+        lat = [_ratio(r.get("tpot_ms_off"), r.get("tpot_ms_gemm")) for r in rows]
+        right.plot(c, lat, "v--", color="olive", label="per-token latency ratio (off / gemm)")
     right.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     right.set_xscale("log", base=2)
     right.set_xticks(c, [str(x) for x in c])
     right.set_xlabel("concurrency")
     right.set_ylabel("plugin / no plugin (> 1 = plugin faster)")
-    right.legend()
+    right.legend(fontsize="small" if gemm else None)
     right.grid(alpha=0.3)
     what = f"{metadata.get('model', '')} {metadata.get('format', '')}, {metadata.get('layers', '?')} layers"
     fig.suptitle(f"vLLM end to end: {what}\n{_wrap(provenance_line(metadata), 140)}", fontsize=8)
