@@ -5,14 +5,15 @@
 #       both ranks' kernels and captured sizes, greedy agreement, tokens/s at concurrency 1 and 8.
 #   G   (two-GPU kind) GPU 1: the GPU tests that failed or never ran (aux fp16 5120 after a302028,
 #       autotune, ops, kernel cache), then the compile-mode matrix (issue 7); GPU 0: full-depth
-#       Qwen3-8B FP8_Dynamic e2e, cold and warm caches with hlcore's kernel cache (issues 6, 7).
-#   E2  (two-GPU kind) GPU 0: Qwen3-1.7B FP8_Dynamic full depth, cold + warm; GPU 1: Qwen3-8B
-#       W8A8_INT8 full depth, cold + warm (issue 6).
+#       Qwen3-8B FP8_Dynamic e2e, engines off / on / gemm (Helion GEMMs without the aux kernels).
+#   E2  (two-GPU kind) GPU 0: warm start-up with hlcore's kernel cache (8-layer engines, 2 rounds;
+#       issue 7), then Qwen3-8B W8A8_INT8 full depth off / on / gemm; GPU 1: Qwen3-1.7B FP8_Dynamic
+#       full depth off / on / gemm (issue 6).
 #   K   (two-GPU kind) issue 4: kernel benchmarks of the shipped-model shapes with no key yet:
 #       GPU 0 Qwen3-32B TP=1 in all three formats; GPU 1 Block_FP8 of Qwen3-4B, Qwen3-14B and
 #       Llama-3.1-8B (then `hltools configs from-bench --only-new` folds them into the shipped file).
 #   G1, E1, E1B  the same work on the one-GPU kind, one lane each (G1 = tests + compile modes,
-#       E1 = 8B fp8, E1B = 1.7B fp8).
+#       E1 = 8B fp8, E1B = warm start-up + 1.7B fp8).
 # Each phase writes under $RES/<phase> (outside $OUT: only a few files come back per call) and
 # packs it into $OUT/<phase>.tgz at the end. Usage there (after the bundle's env.sh and
 # ci/gpu/setup.sh):  LIMIT=s bash ci/gpu/runs/2026-12-01.sh T|G|K|E2|G1|E1|E1B
@@ -62,12 +63,16 @@ T)
     ;;
 G)
     ( export CUDA_VISIBLE_DEVICES=1; gpu_tests; compile_modes ) &
-    ( export CUDA_VISIBLE_DEVICES=0; e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 2 ) &
+    ( export CUDA_VISIBLE_DEVICES=0; e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm ) &
     wait
     ;;
 E2)
-    ( export CUDA_VISIBLE_DEVICES=0; e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 2 ) &
-    ( export CUDA_VISIBLE_DEVICES=1; e2e e2e-8b-int8 qwen3-8b w8a8_int8 2 ) &
+    ( # GPU 0: warm start-up (issue 7) on 8-layer engines, then Qwen3-8B W8A8_INT8 full depth
+        export CUDA_VISIBLE_DEVICES=0
+        e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8
+        e2e e2e-8b-int8 qwen3-8b w8a8_int8 1 --plugins off,on,gemm
+    ) &
+    ( export CUDA_VISIBLE_DEVICES=1; e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --plugins off,on,gemm ) &
     wait
     ;;
 K)
@@ -80,8 +85,11 @@ K)
     wait
     ;;
 G1) gpu_tests; compile_modes ;;
-E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 2 ;;
-E1B) e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 2 ;;
+E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm ;;
+E1B)
+    e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8
+    e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --plugins off,on,gemm
+    ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
 echo "phase $phase done in $(($(date +%s) - START)) s" | tee -a "$O/lanes.txt"
