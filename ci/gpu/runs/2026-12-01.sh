@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU runs planned for the next session (after 2026-11-30), in phases of < 600 s (one device
 # call each). What each phase answers:
-#   T   (two-GPU kind) issue 8: Qwen3-8B FP8_Dynamic at TP=2, all 36 layers, plugin on and off:
+#   T   (two-GPU kind) issue 8: Qwen3-8B FP8_Dynamic at TP=2, all 36 layers, plugin off, on, gemm
+#       (gemm last: at TP>1 our opaque RMSNorm also hides it from vLLM's allreduce+rms_norm fusion):
 #       both ranks' kernels and captured sizes, greedy agreement, tokens/s at concurrency 1 and 8.
 #   G   (two-GPU kind) GPU 1: the GPU tests that failed or never ran (aux fp16 5120 after a302028,
 #       autotune, ops, kernel cache), then the compile-mode matrix (issue 7); GPU 0: full-depth
@@ -59,7 +60,7 @@ nvidia-smi --query-gpu=index,name,memory.used,clocks.max.sm --format=csv >"$O/gp
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 case $phase in
 T)
-    e2e e2e-8b-fp8-tp2 qwen3-8b fp8_dynamic 1 --tensor-parallel-size 2 --concurrency 1,8
+    e2e e2e-8b-fp8-tp2 qwen3-8b fp8_dynamic 1 --tensor-parallel-size 2 --concurrency 1,8 --plugins off,on,gemm
     ;;
 G)
     ( export CUDA_VISIBLE_DEVICES=1; gpu_tests; compile_modes ) &
