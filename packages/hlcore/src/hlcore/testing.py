@@ -78,3 +78,51 @@ def max_abs_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     if out.numel() == 0:
         return 0.0
     return (out.double() - ref.double()).abs().max().item()
+
+
+# --------------------------------------------------------------------------------------------
+# Fused row op + per-token fp8 quantization (hlcore.norm_quant, hlcore.activation_quant)
+# --------------------------------------------------------------------------------------------
+def fp8_interpreter_roundings(q: torch.Tensor, target: torch.Tensor, exact: bool) -> torch.Tensor:
+    """Bool mask of the elements where Triton's CPU interpreter casts fp32 -> e4m3 its known wrong
+    ways (see ``packages/hlcore/tests/test_quant_kernels.py``): just below a power of two ``p`` it
+    drops the carry (``q = p / 2`` where the exact value ``target`` rounds to p) and it truncates
+    subnormals (``|target| < 2^-6``). All False when ``exact`` (Helion's interpreter, the GPU)."""
+    if exact:
+        return torch.zeros(q.shape, dtype=torch.bool, device=q.device)
+    qa, ta = q.double().abs(), target.double().abs()
+    pow2 = qa == torch.exp2(torch.log2(qa.clamp(min=2.0**-9)).round())
+    carry = pow2 & ((ta - 2 * qa).abs() <= 2 * qa * 2.0**-3)
+    return carry | (ta < 2.0**-6)
+
+
+def assert_per_token_fp8_close(
+    q: torch.Tensor, scale: torch.Tensor, y64: torch.Tensor, rtol: float, exact: bool, what: str
+) -> None:
+    """Check a per-token fp8 quantization ``(q [M, N] e4m3, scale [M, 1] fp32)`` of a row op whose
+    exact (float64) output is ``y64`` ``[M, N]``, the op's own output rounding being ``rtol``
+    (relative): each scale within ``rtol`` of ``amax(|y64|) / 448`` (vLLM's minimum scale for zero
+    rows), and ``q * scale`` within one e4m3 rounding (2^-4 relative, 2^-9 * scale in the subnormal
+    range) plus ``rtol`` of ``y64``, except the interpreter roundings (:func:`fp8_interpreter_roundings`)
+    when not ``exact``. Raises AssertionError naming ``what``."""
+    from hlcore.quant import FP8_MAX, FP8_MIN_SCALE
+
+    assert (
+        q.dtype == torch.float8_e4m3fn and scale.shape == (q.shape[0], 1) and scale.dtype == torch.float32
+    ), what
+    assert torch.isfinite(q.float()).all(), f"{what}: NaN fp8 bytes"
+    scale_ref = (y64.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=FP8_MIN_SCALE)
+    torch.testing.assert_close(
+        scale.double(), scale_ref, rtol=rtol, atol=0, msg=lambda m: f"{what}: scales: {m}"
+    )
+    deq = q.double() * scale.double()
+    bound = (2.0**-4 + rtol) * y64.abs() + scale.double() * 2.0**-9 + 1e-12
+    bad = ((deq - y64).abs() > bound) & ~fp8_interpreter_roundings(q, y64 / scale.double(), exact)
+    assert not bad.any(), (
+        f"{what}: {bad.sum().item()} values off, worst {((deq - y64).abs() - bound).max():.3e}"
+    )
+
+
+def fp8_bytes_differ(q: torch.Tensor, q_ref: torch.Tensor) -> float:
+    """Fraction of fp8 elements whose bytes differ between ``q`` and ``q_ref``."""
+    return (q.view(torch.uint8) != q_ref.view(torch.uint8)).float().mean().item()

@@ -1,0 +1,276 @@
+"""RMS normalization fused with dynamic per-token fp8 quantization (Helion): one launch instead of two.
+
+    rms_norm_fp8_quant:           y = rms_norm(x, weight, eps)              (rounded to x's dtype)
+    fused_add_rms_norm_fp8_quant: residual' = x + residual;  y = rms_norm(residual', weight, eps)
+    then, for each token row m:   scale[m] = max(min(amax(|y[m, :]|), scale_ub) / 448, 1 / (448 * 512)),
+                                  q[m, :] = e4m3(clamp(y[m, :] / scale[m], -448, 448))
+
+The semantics are those of the two vLLM 0.26 ops in a row, exactly as :mod:`hlcore.norm` and
+:func:`hlcore.quant_kernels.per_token_fp8_quant` compute them: ``RMSNorm`` (fp32 math, the normalized
+row rounded to the weight's dtype, times the weight in that dtype, cast to x's dtype) followed by
+``QuantFP8(static=False, GroupShape.PER_TOKEN)`` on that rounded row. This is what vLLM's fused
+CUDA op ``torch.ops._C.rms_norm_dynamic_per_token_quant`` computes (its fusion pass
+``RMSNormQuantFusionPass`` replaces the pair with it), and what Inductor's fused kernel of the two
+``forward_native`` computes under vLLM's default ``-O2``. The references are the two unfused
+references in a row: :func:`rms_norm_fp8_quant_ref`, :func:`fused_add_rms_norm_fp8_quant_ref`.
+
+Why: at decode (a few tokens), every launch costs a few µs whatever its bytes; a norm and the fp8
+quantization of its output as two launches is one launch more than vLLM's fused path.
+
+One token row per program (the whole hidden dim in registers, or a looped reduction above 16384,
+as :func:`hlcore.aux_configs.pick_rms_norm_config`); token count dynamic, hidden specialized;
+outputs allocated inside the kernel. Any row stride works (a hidden-strided input is copied first).
+A weight is required (``RMSNorm(has_weight=False)`` is left to the unfused ops).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import helion.language as hl
+import torch
+
+from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
+from hlcore.norm import DTYPES, fused_add_rms_norm_ref, rms_norm_ref
+from hlcore.quant import FP8_DTYPE, FP8_MAX, FP8_MIN_SCALE, per_token_fp8_quant_ref
+
+F32_MAX = float(torch.finfo(torch.float32).max)
+
+
+# --------------------------------------------------------------------------------------------
+# Helion kernels
+# --------------------------------------------------------------------------------------------
+def _rms_norm_fp8_quant_body(
+    x: torch.Tensor,  # [M, H] bf16/fp16/fp32, H contiguous
+    weight: torch.Tensor,  # [H]
+    eps: float,
+    scale_ub: torch.Tensor | None,  # [1] fp32 upper bound of amax, or None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    m = x.size(0)
+    h = hl.specialize(x.size(1))
+    q = torch.empty([m, h], dtype=FP8_DTYPE, device=x.device)
+    scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
+    for tile_m in hl.tile(m):
+        row = x[tile_m, :].to(torch.float32)
+        variance = torch.mean(row * row, dim=-1)
+        normed = row / torch.sqrt(variance + eps)[:, None]
+        w = weight[None, :].to(torch.float32)
+        # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
+        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        amax = torch.clamp(torch.amax(torch.abs(y), dim=-1), max=F32_MAX)  # inf -> finite
+        if scale_ub is not None:
+            amax = torch.minimum(amax, scale_ub[0])
+        row_scale = torch.clamp(amax / FP8_MAX, min=FP8_MIN_SCALE)
+        q[tile_m, :] = torch.clamp(y / row_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        scale[tile_m, 0] = row_scale
+    return q, scale
+
+
+def _fused_add_rms_norm_fp8_quant_body(
+    x: torch.Tensor,  # [M, H] bf16/fp16/fp32, H contiguous
+    residual: torch.Tensor,  # [M, H] x's dtype, H contiguous
+    weight: torch.Tensor,  # [H]
+    eps: float,
+    scale_ub: torch.Tensor | None,  # [1] fp32 upper bound of amax, or None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    m = x.size(0)
+    h = hl.specialize(x.size(1))
+    q = torch.empty([m, h], dtype=FP8_DTYPE, device=x.device)
+    scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
+    new_residual = torch.empty([m, h], dtype=x.dtype, device=x.device)
+    for tile_m in hl.tile(m):
+        total = x[tile_m, :].to(torch.float32) + residual[tile_m, :].to(torch.float32)
+        new_residual[tile_m, :] = total.to(new_residual.dtype)
+        variance = torch.mean(total * total, dim=-1)
+        normed = total / torch.sqrt(variance + eps)[:, None]
+        w = weight[None, :].to(torch.float32)
+        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        amax = torch.clamp(torch.amax(torch.abs(y), dim=-1), max=F32_MAX)
+        if scale_ub is not None:
+            amax = torch.minimum(amax, scale_ub[0])
+        row_scale = torch.clamp(amax / FP8_MAX, min=FP8_MIN_SCALE)
+        q[tile_m, :] = torch.clamp(y / row_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        scale[tile_m, 0] = row_scale
+    return q, scale, new_residual
+
+
+_BODIES = {
+    "rms_norm_fp8_quant": _rms_norm_fp8_quant_body,
+    "fused_add_rms_norm_fp8_quant": _fused_add_rms_norm_fp8_quant_body,
+}
+
+
+@functools.cache
+def _kernel_for(name: str, has_scale_ub: bool, one_row: bool, config_json_text: str):
+    """One ``helion.Kernel`` per (kernel, scale_ub or None, M == 1, config): Helion 1.5.0's
+    dynamic-shape cache key does not tell None from a tensor, and compiles a second ``[M, H]``
+    input seen first with M == 1 as a broadcast row (see :mod:`hlcore.norm`)."""
+    del has_scale_ub, one_row  # part of the cache key only
+    return aux_kernel(_BODIES[name], config_json_text)
+
+
+# --------------------------------------------------------------------------------------------
+# References (the unfused references in a row, fp32 math)
+# --------------------------------------------------------------------------------------------
+def rms_norm_fp8_quant_ref(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, scale_ub: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_token_fp8_quant_ref(rms_norm_ref(x, weight, eps), scale_ub)``: ``(q [M, H] e4m3, scale [M, 1] fp32)``."""
+    return per_token_fp8_quant_ref(rms_norm_ref(x, weight, eps), scale_ub)
+
+
+def fused_add_rms_norm_fp8_quant_ref(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    scale_ub: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``out, residual' = fused_add_rms_norm_ref(...)``, then ``per_token_fp8_quant_ref(out)``:
+    ``(q [M, H] e4m3, scale [M, 1] fp32, residual' [M, H] x's dtype)``. Does not mutate."""
+    out, new_residual = fused_add_rms_norm_ref(x, residual, weight, eps)
+    q, scale = per_token_fp8_quant_ref(out, scale_ub)
+    return q, scale, new_residual
+
+
+# --------------------------------------------------------------------------------------------
+# Host wrappers
+# --------------------------------------------------------------------------------------------
+def _describe(t: object) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
+
+
+def _check(who: str, x: torch.Tensor, weight: torch.Tensor, eps: float, scale_ub: torch.Tensor | None) -> int:
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in DTYPES or x.shape[-1] == 0:
+        raise ValueError(
+            f"{who}: x must be a [M, H] tensor (H > 0) of dtype bfloat16, float16 or float32; got {_describe(x)}"
+        )
+    h = x.shape[1]
+    if (
+        not isinstance(weight, torch.Tensor)
+        or weight.dim() != 1
+        or weight.shape[0] != h
+        or weight.dtype not in DTYPES
+        or weight.device != x.device
+    ):
+        raise ValueError(
+            f"{who}: weight must be a 1-D [H] = [{h}] bfloat16/float16/float32 tensor on {x.device}; "
+            f"got {_describe(weight)}"
+        )
+    if not isinstance(eps, float | int) or not eps >= 0:
+        raise ValueError(f"{who}: eps must be a non-negative float; got {eps!r}")
+    if scale_ub is not None and (
+        not isinstance(scale_ub, torch.Tensor)
+        or scale_ub.numel() != 1
+        or scale_ub.dtype != torch.float32
+        or scale_ub.device != x.device
+    ):
+        raise ValueError(
+            f"{who}: scale_ub must be None or a one-element float32 tensor on {x.device}; got {_describe(scale_ub)}"
+        )
+    return h
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(1) == 1 or t.shape[0] == 0 else t.contiguous()
+
+
+def rms_norm_fp8_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    scale_ub: torch.Tensor | None = None,
+    *,
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``rms_norm`` then dynamic per-token fp8 quantization of its output, in one launch.
+
+    Args:
+        x: ``[M, H]`` bfloat16, float16 or float32; any row stride.
+        weight: ``[H]`` bf16/fp16/fp32 (usually x's dtype); made contiguous.
+        eps: the variance epsilon.
+        scale_ub: None or a one-element float32 tensor capping each row's amax (vLLM's ``scale_ub``).
+        config: a ``helion.Config`` / dict / JSON; default :func:`hlcore.aux_configs.pick_rms_norm_config`.
+
+    Returns:
+        ``(q, scale)``: ``q`` ``[M, H]`` float8_e4m3fn, ``scale`` ``[M, 1]`` float32 (per token) with
+        ``rms_norm(x) ~= q * scale``; zero tokens: empty outputs, no launch.
+
+    Raises:
+        ValueError: x, weight, eps or scale_ub is not as above.
+
+    Deterministic (one program per row).
+    """
+    h = _check("rms_norm_fp8_quant", x, weight, eps, scale_ub)
+    x2 = _rows(x)
+    m = x2.shape[0]
+    if m == 0:
+        return torch.empty((0, h), dtype=FP8_DTYPE, device=x.device), torch.empty(
+            (0, 1), dtype=torch.float32, device=x.device
+        )
+    if config is None:
+        config = pick_rms_norm_config(m, h)
+    kernel = _kernel_for(
+        "rms_norm_fp8_quant", scale_ub is not None, False, config_json(config, "rms_norm_fp8_quant", h)
+    )
+    return kernel(x2, weight.contiguous(), float(eps), scale_ub)
+
+
+def fused_add_rms_norm_fp8_quant(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    scale_ub: torch.Tensor | None = None,
+    *,
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM's ``fused_add_rms_norm`` then dynamic per-token fp8 quantization of the normalized row,
+    in one launch.
+
+    Args:
+        x: ``[M, H]`` bfloat16, float16 or float32; any row stride.
+        residual: same shape, dtype and device as x; any row stride. Not modified.
+        weight: ``[H]``; eps, scale_ub, config: as :func:`rms_norm_fp8_quant`.
+
+    Returns:
+        ``(q, scale, residual')``: ``q`` ``[M, H]`` float8_e4m3fn and ``scale`` ``[M, 1]`` float32 of
+        ``rms_norm(x + residual)``, and ``residual' = x + residual`` ``[M, H]`` of x's dtype (new
+        tensors; vLLM's in-place op writes it into ``residual``); zero tokens: no launch.
+
+    Raises:
+        ValueError: an argument is not as above.
+
+    Deterministic.
+    """
+    h = _check("fused_add_rms_norm_fp8_quant", x, weight, eps, scale_ub)
+    if (
+        not isinstance(residual, torch.Tensor)
+        or residual.shape != x.shape
+        or residual.dtype != x.dtype
+        or residual.device != x.device
+    ):
+        raise ValueError(
+            f"fused_add_rms_norm_fp8_quant: residual must match x ({_describe(x)}) in shape, dtype and "
+            f"device; got {_describe(residual)}"
+        )
+    x2, r2 = _rows(x), _rows(residual)
+    m = x2.shape[0]
+    if m == 0:
+        return (
+            torch.empty((0, h), dtype=FP8_DTYPE, device=x.device),
+            torch.empty((0, 1), dtype=torch.float32, device=x.device),
+            torch.empty((0, h), dtype=x.dtype, device=x.device),
+        )
+    if config is None:
+        config = pick_rms_norm_config(m, h)
+    kernel = _kernel_for(
+        "fused_add_rms_norm_fp8_quant",
+        scale_ub is not None,
+        m == 1,
+        config_json(config, "fused_add_rms_norm_fp8_quant", h),
+    )
+    return kernel(x2, r2, weight.contiguous(), float(eps), scale_ub)
