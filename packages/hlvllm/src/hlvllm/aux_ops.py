@@ -19,6 +19,12 @@ torch.compile keeps it opaque (Helion kernels cannot be traced by Dynamo on torc
 ``per_token_group_fp8_quant(x [T, H], group_size=128, column_major_scales) -> (q, scale [T, H/128])``
     ``scale = max(amax_group, 1e-10) / 448``; scales row-major or the column-major view
     (``stride(0) == 1``); ``torch.ops._C.per_token_group_fp8_quant`` (``fp8_utils.per_token_group_quant_fp8``).
+``rms_norm_fp8_quant(x [T, H], weight, eps, scale_ub) -> (q, scale)``,
+``fused_add_rms_norm_fp8_quant(x, residual, weight, eps, scale_ub) -> (q, scale, residual')``,
+``silu_and_mul_fp8_quant(x [T, 2 d], scale_ub) -> (q [T, d], scale)``
+    the norm (silu_and_mul) then ``per_token_fp8_quant`` of its output, in one Helion launch
+    (:mod:`hlcore.norm_quant`, :mod:`hlcore.activation_quant`); the fallback runs vLLM's two ops.
+    Only :mod:`hlvllm.aux_fusion` puts them in a graph (``HL_AUX_FUSION=1``).
 
 Dispatch (:func:`route`, the GEMM's rule from :mod:`hlvllm.dispatch`): ``0 < T <= max_helion_size``
 (capped by the largest CUDA-graph capture size), a size where the generic config beat vLLM on the
@@ -365,6 +371,89 @@ def per_token_group_fp8_quant_fake(x, group_size, column_major_scales):
     return x.new_empty(x.shape, dtype=FP8), scale
 
 
+# Fused pairs (``hlvllm.aux_fusion`` puts them in place of a norm / silu_and_mul and the per-token
+# fp8 quantization of its output, with ``HL_AUX_FUSION=1``): one Helion launch instead of two.
+def _rows2d(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+def rms_norm_fp8_quant(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, scale_ub: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.numel() == 0:
+        return rms_norm_fp8_quant_fake(x, weight, eps, scale_ub)
+    from hlcore import norm_quant
+
+    x2 = _rows2d(x)
+    return run(
+        "rms_norm_fp8_quant",
+        x2.shape[0],
+        x2.shape[1],
+        lambda: norm_quant.rms_norm_fp8_quant(x2, weight, eps, scale_ub),
+        lambda: _vllm_per_token_fp8_quant(_vllm_rms_norm(x2, weight, eps), scale_ub),
+        variant=(x.dtype, scale_ub is None),
+    )
+
+
+def rms_norm_fp8_quant_fake(x, weight, eps, scale_ub):
+    x2 = _rows2d(x)
+    return x2.new_empty(x2.shape, dtype=FP8), x2.new_empty((x2.shape[0], 1), dtype=torch.float32)
+
+
+def fused_add_rms_norm_fp8_quant(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, scale_ub: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if x.numel() == 0:
+        return fused_add_rms_norm_fp8_quant_fake(x, residual, weight, eps, scale_ub)
+    from hlcore import norm_quant
+
+    x2, r2 = _rows2d(x), _rows2d(residual)
+
+    def fallback():
+        out, new_residual = _vllm_fused_add_rms_norm(x2, r2, weight, eps)
+        q, scale = _vllm_per_token_fp8_quant(out, scale_ub)
+        return q, scale, new_residual
+
+    q, scale, new_residual = run(
+        "fused_add_rms_norm_fp8_quant",
+        x2.shape[0],
+        x2.shape[1],
+        lambda: norm_quant.fused_add_rms_norm_fp8_quant(x2, r2, weight, eps, scale_ub),
+        fallback,
+        variant=(x.dtype, scale_ub is None),
+    )
+    return q, scale, new_residual.view(x.shape)
+
+
+def fused_add_rms_norm_fp8_quant_fake(x, residual, weight, eps, scale_ub):
+    q, scale = rms_norm_fp8_quant_fake(x, weight, eps, scale_ub)
+    return q, scale, x.new_empty(x.shape)
+
+
+def silu_and_mul_fp8_quant(
+    x: torch.Tensor, scale_ub: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.numel() == 0:
+        return silu_and_mul_fp8_quant_fake(x, scale_ub)
+    from hlcore import activation_quant
+
+    x2 = _rows2d(x)
+    return run(
+        "silu_and_mul_fp8_quant",
+        x2.shape[0],
+        x2.shape[1] // 2,
+        lambda: activation_quant.silu_and_mul_fp8_quant(x2, scale_ub),
+        lambda: _vllm_per_token_fp8_quant(_vllm_silu_and_mul(x2), scale_ub),
+        variant=(x.dtype, scale_ub is None),
+    )
+
+
+def silu_and_mul_fp8_quant_fake(x, scale_ub):
+    x2 = _rows2d(x)
+    d = x2.shape[1] // 2
+    return x2.new_empty((x2.shape[0], d), dtype=FP8), x2.new_empty((x2.shape[0], 1), dtype=torch.float32)
+
+
 #: op name -> (implementation, fake implementation)
 AUX_OPS: dict[str, tuple[Callable, Callable]] = {
     "rms_norm": (rms_norm, rms_norm_fake),
@@ -373,6 +462,9 @@ AUX_OPS: dict[str, tuple[Callable, Callable]] = {
     "per_token_fp8_quant": (per_token_fp8_quant, per_token_fp8_quant_fake),
     "per_token_int8_quant": (per_token_int8_quant, per_token_int8_quant_fake),
     "per_token_group_fp8_quant": (per_token_group_fp8_quant, per_token_group_fp8_quant_fake),
+    "rms_norm_fp8_quant": (rms_norm_fp8_quant, rms_norm_fp8_quant_fake),
+    "fused_add_rms_norm_fp8_quant": (fused_add_rms_norm_fp8_quant, fused_add_rms_norm_fp8_quant_fake),
+    "silu_and_mul_fp8_quant": (silu_and_mul_fp8_quant, silu_and_mul_fp8_quant_fake),
 }
 
 

@@ -54,13 +54,18 @@ def register() -> None:
     from hlvllm.aux_layers import register_aux_layers
 
     replaced = register_aux_layers(settings.aux_kernels)
+    if settings.aux_fusion:
+        from hlvllm.aux_fusion import install
+
+        install()
     import importlib.util
 
     helion_missing = importlib.util.find_spec("helion") is None
     logger.info(
-        "hlvllm: Helion linear backend registered (max_helion_size=%d; aux kernels: %s)%s",
+        "hlvllm: Helion linear backend registered (max_helion_size=%d; aux kernels: %s%s)%s",
         settings.max_helion_size,
         ", ".join(sorted(settings.aux_kernels)) or "none",
+        "; norm/silu + fp8 quant fused (HL_AUX_FUSION=1)" if settings.aux_fusion else "",
         "; helion is not importable, so vLLM's kernels run (pip install helion==1.5.0)"
         if helion_missing
         else "",

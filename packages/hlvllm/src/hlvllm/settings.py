@@ -8,6 +8,7 @@
 | ``HL_DISPATCH_LOG`` | ``0`` | ``1``: log the first dispatch of every (path, M, N, K) |
 | ``HL_AUX_KERNELS`` | ``all`` | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below) |
 | ``HL_DETERMINISTIC`` | ``0`` | ``1``: Helion GEMMs run with ``split_k = 1`` (no atomics): bitwise repeatable results |
+| ``HL_AUX_FUSION`` | ``0`` | ``1``: a graph pass fuses each aux norm / silu_and_mul with the per-token fp8 quant after it (one launch) |
 | ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config (one warning), ``vllm`` runs vLLM's kernel |
 """
 
@@ -36,6 +37,7 @@ class Settings:
     aux_kernels: frozenset[str] = frozenset(AUX_KERNEL_NAMES)
     deterministic: bool = False
     untuned_shapes: str = "nearest"
+    aux_fusion: bool = False
 
 
 def _int_env(name: str, default: int) -> int:
@@ -84,4 +86,5 @@ def get_settings() -> Settings:
         aux_kernels=_aux_env(),
         deterministic=os.environ.get("HL_DETERMINISTIC", "").strip().lower() in _TRUE,
         untuned_shapes=_untuned_env(),
+        aux_fusion=os.environ.get("HL_AUX_FUSION", "").strip().lower() in _TRUE,
     )

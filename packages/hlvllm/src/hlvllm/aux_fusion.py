@@ -1,0 +1,197 @@
+"""Graph pass: a norm (or silu_and_mul) and the per-token fp8 quantization of its output become one op.
+
+Under vLLM's default ``-O2``, Inductor compiles ``RMSNorm`` / ``SiluAndMul`` and ``QuantFP8``'s
+native code and fuses each norm (silu_and_mul) with the fp8 quantization after it into one kernel.
+hlvllm's aux layers replace both with opaque ops (``torch.ops.hlvllm.*``), two launches where vLLM
+has one: at decode sizes a launch costs a few µs whatever it moves. With ``HL_AUX_FUSION=1`` this
+pass, run in vLLM's post-grad pass manager, rewrites in the FX graph
+
+    hlvllm.rms_norm(x, w, eps)                          -> hlvllm.per_token_fp8_quant(., ub)
+    hlvllm.fused_add_rms_norm(x, r, w, eps)[0]          -> hlvllm.per_token_fp8_quant(., ub)
+    hlvllm.silu_and_mul(x)                              -> hlvllm.per_token_fp8_quant(., ub)
+
+into ``hlvllm.rms_norm_fp8_quant`` / ``fused_add_rms_norm_fp8_quant`` (whose third output replaces
+the residual ``[1]``) / ``silu_and_mul_fp8_quant`` when the norm's (activation's) output has no
+other user and its input is 2-D (vLLM's ``[num_tokens, hidden]`` hidden states). Same semantics:
+the fused ops compute the two ops in a row (:mod:`hlcore.norm_quant`, :mod:`hlcore.activation_quant`).
+
+:func:`install` adds the pass to ``PostGradPassManager.configure`` (vLLM 0.26's
+``vllm/compilation/passes/pass_manager.py``): the pass is part of the manager's ``uuid``, so vLLM's
+compile cache tells graphs with and without it apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+
+import torch
+import torch.fx as fx
+
+logger = logging.getLogger("vllm.hlvllm")
+
+
+def _ops():
+    ops = torch.ops.hlvllm
+    return {
+        "quant": ops.per_token_fp8_quant.default,
+        "rms_norm": ops.rms_norm.default,
+        "fused_add_rms_norm": ops.fused_add_rms_norm.default,
+        "silu_and_mul": ops.silu_and_mul.default,
+        "rms_norm_fp8_quant": ops.rms_norm_fp8_quant.default,
+        "fused_add_rms_norm_fp8_quant": ops.fused_add_rms_norm_fp8_quant.default,
+        "silu_and_mul_fp8_quant": ops.silu_and_mul_fp8_quant.default,
+    }
+
+
+def _arg(node: fx.Node, i: int, name: str):
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name)
+
+
+def _val(a):
+    return a.meta.get("val") if isinstance(a, fx.Node) else a
+
+
+def _is_2d(a) -> bool:
+    v = _val(a)
+    return isinstance(v, torch.Tensor) and v.dim() == 2
+
+
+def _set_meta(node: fx.Node) -> None:
+    """``node.meta["val"]``: the op's fake result on its arguments' fake values (Inductor lowers the
+    graph from these). Skipped where the arguments carry none (graphs built without fake tensors)."""
+    args = [_val(a) for a in node.args]
+    if not any(isinstance(a, torch.Tensor) for a in args):
+        return
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
+    if mode is None:
+        return
+    with mode:
+        node.meta["val"] = node.target(*args)
+
+
+def _before(a: fx.Node, b: fx.Node) -> bool:
+    """Whether node ``a`` comes before (or is) node ``b`` in the graph."""
+    for n in a.graph.nodes:
+        if n is a:
+            return True
+        if n is b:
+            return False
+    return False
+
+
+def fuse_norm_quant(graph: fx.Graph) -> int:
+    """Rewrite every fusible (norm or silu_and_mul) -> per_token_fp8_quant pair of ``graph`` in
+    place (see the module docstring); returns how many pairs were fused."""
+    ops = _ops()
+    fused = 0
+    for quant in list(graph.nodes):
+        if quant.op != "call_function" or quant.target is not ops["quant"]:
+            continue
+        src, scale_ub = _arg(quant, 0, "x"), _arg(quant, 1, "scale_ub")
+        if not isinstance(src, fx.Node) or len(src.users) != 1 or src.op != "call_function":
+            continue
+        if not all(u.target is operator.getitem for u in quant.users):
+            continue
+        anchor = src  # the new op goes where the producer was: its inputs exist there
+        residual_out = None
+        if src.target is ops["rms_norm"]:
+            x, w, eps = src.args[:3]
+            target, args = ops["rms_norm_fp8_quant"], (x, w, eps, scale_ub)
+        elif src.target is ops["silu_and_mul"]:
+            (x,) = src.args[:1]
+            target, args = ops["silu_and_mul_fp8_quant"], (x, scale_ub)
+        elif (
+            src.target is operator.getitem
+            and src.args[1] == 0
+            and isinstance(src.args[0], fx.Node)
+            and src.args[0].target is ops["fused_add_rms_norm"]
+        ):
+            norm = src.args[0]
+            outs = {u.args[1]: u for u in norm.users if u.target is operator.getitem}
+            if set(norm.users) - set(outs.values()):
+                continue
+            x, r, w, eps = norm.args[:4]
+            target, args = ops["fused_add_rms_norm_fp8_quant"], (x, r, w, eps, scale_ub)
+            anchor, residual_out = norm, outs.get(1)
+        else:
+            continue
+        if not _is_2d(x) or (isinstance(scale_ub, fx.Node) and not _before(scale_ub, anchor)):
+            continue
+        with graph.inserting_after(anchor):
+            new = graph.call_function(target, args)
+        _set_meta(new)
+        with graph.inserting_after(new):
+            q = graph.call_function(operator.getitem, (new, 0))
+            scale = graph.call_function(operator.getitem, (new, 1))
+            res = graph.call_function(operator.getitem, (new, 2)) if residual_out is not None else None
+        for i, item in ((0, q), (1, scale), (2, res)):
+            if item is not None and isinstance(new.meta.get("val"), tuple):
+                item.meta["val"] = new.meta["val"][i]
+        for user in list(quant.users):  # getitem(quant, 0 / 1)
+            user.replace_all_uses_with(q if user.args[1] == 0 else scale)
+            graph.erase_node(user)
+        graph.erase_node(quant)
+        graph.erase_node(src)
+        if residual_out is not None:
+            residual_out.replace_all_uses_with(res)
+            graph.erase_node(residual_out)
+            graph.erase_node(anchor)
+        elif src is not anchor:
+            graph.erase_node(anchor)
+        for item in (q, scale, res):
+            if item is not None and not item.users:
+                graph.erase_node(item)
+        fused += 1
+    return fused
+
+
+def _pass_class():
+    from vllm.compilation.passes.inductor_pass import InductorPass
+
+    class HlvllmNormQuantFusionPass(InductorPass):
+        """vLLM post-grad pass running :func:`fuse_norm_quant`; its uuid hashes this module's source."""
+
+        def __call__(self, graph: fx.Graph) -> None:
+            n = fuse_norm_quant(graph)
+            if n:
+                logger.debug("hlvllm: fused %d norm/activation + fp8 quant pairs", n)
+
+        def uuid(self) -> str:
+            return InductorPass.hash_source(_module_source())
+
+    return HlvllmNormQuantFusionPass
+
+
+@functools.cache
+def _module_source() -> str:
+    import inspect
+    import sys
+
+    return inspect.getsource(sys.modules[__name__])
+
+
+_installed = False
+
+
+def install() -> None:
+    """Make vLLM's ``PostGradPassManager.configure`` append :class:`HlvllmNormQuantFusionPass`
+    (idempotent; the pass itself does nothing to graphs without hlvllm's ops)."""
+    global _installed
+    if _installed:
+        return
+    from vllm.compilation.passes.pass_manager import PostGradPassManager
+
+    original = PostGradPassManager.configure
+    pass_cls = _pass_class()
+
+    @functools.wraps(original)
+    def configure(self, config):
+        original(self, config)
+        self.passes.append(pass_cls())
+
+    PostGradPassManager.configure = configure
+    _installed = True
