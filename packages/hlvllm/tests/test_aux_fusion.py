@@ -28,7 +28,8 @@ def ops(hl_env):
 def _model(ops):
     def model(x, residual, w, w2, gate_up, ub):
         out, res = ops.fused_add_rms_norm(x, residual, w, 1e-6)
-        q1, s1 = ops.per_token_fp8_quant(out, None)  # qkv input: fused (residual kept)
+        # qkv input: fused (residual kept), through vLLM's no-op x.view(-1, H)
+        q1, s1 = ops.per_token_fp8_quant(out.view(-1, out.shape[-1]), None)
         n2 = ops.rms_norm(res, w2, 1e-6)
         q2, s2 = ops.per_token_fp8_quant(n2, ub)  # first layer's input, with scale_ub: fused
         act = ops.silu_and_mul(gate_up)
@@ -71,6 +72,7 @@ def test_pass_fuses_the_pairs_and_keeps_the_results(ops):
     assert targets.count(ops.rms_norm_fp8_quant.default) == 1
     assert targets.count(ops.silu_and_mul_fp8_quant.default) == 1
     assert ops.fused_add_rms_norm.default not in targets and ops.silu_and_mul.default not in targets
+    assert torch.ops.aten.view.default not in targets  # the no-op view went with the pair
     # the pair whose norm output is also used elsewhere stays as it was
     assert targets.count(ops.rms_norm.default) == 1 and targets.count(ops.per_token_fp8_quant.default) == 1
     fused_node = next(n for n in gm.graph.nodes if n.target is ops.fused_add_rms_norm_fp8_quant.default)

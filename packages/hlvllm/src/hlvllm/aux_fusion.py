@@ -12,7 +12,7 @@ pass, run in vLLM's post-grad pass manager, rewrites in the FX graph
 
 into ``hlvllm.rms_norm_fp8_quant`` / ``fused_add_rms_norm_fp8_quant`` (whose third output replaces
 the residual ``[1]``) / ``silu_and_mul_fp8_quant`` when the norm's (activation's) output has no
-other user and its input is 2-D (vLLM's ``[num_tokens, hidden]`` hidden states). Same semantics:
+other user (no-op views in between are looked through) and its input is 2-D (vLLM's ``[num_tokens, hidden]`` hidden states). Same semantics:
 the fused ops compute the two ops in a row (:mod:`hlcore.norm_quant`, :mod:`hlcore.activation_quant`).
 
 :func:`install` adds the pass to ``PostGradPassManager.configure`` (vLLM 0.26's
@@ -83,6 +83,18 @@ def _before(a: fx.Node, b: fx.Node) -> bool:
     return False
 
 
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default)
+
+
+def _noop_view(node: fx.Node) -> bool:
+    """A view / reshape whose result has its input's shape (vLLM's ``x.view(-1, x.shape[-1])`` of
+    an already 2-D activation), with no other user."""
+    if node.op != "call_function" or node.target not in _VIEWS or len(node.users) != 1:
+        return False
+    a, b = _val(node.args[0]), _val(node)
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape)
+
+
 def fuse_norm_quant(graph: fx.Graph) -> int:
     """Rewrite every fusible (norm or silu_and_mul) -> per_token_fp8_quant pair of ``graph`` in
     place (see the module docstring); returns how many pairs were fused."""
@@ -92,6 +104,10 @@ def fuse_norm_quant(graph: fx.Graph) -> int:
         if quant.op != "call_function" or quant.target is not ops["quant"]:
             continue
         src, scale_ub = _arg(quant, 0, "x"), _arg(quant, 1, "scale_ub")
+        views = []  # no-op views between the producer and the quant, quant side first
+        while isinstance(src, fx.Node) and _noop_view(src):
+            views.append(src)
+            src = src.args[0]
         if not isinstance(src, fx.Node) or len(src.users) != 1 or src.op != "call_function":
             continue
         if not all(u.target is operator.getitem for u in quant.users):
@@ -135,6 +151,8 @@ def fuse_norm_quant(graph: fx.Graph) -> int:
             user.replace_all_uses_with(q if user.args[1] == 0 else scale)
             graph.erase_node(user)
         graph.erase_node(quant)
+        for view in views:
+            graph.erase_node(view)
         graph.erase_node(src)
         if residual_out is not None:
             residual_out.replace_all_uses_with(res)
