@@ -593,3 +593,79 @@ def report(
     if not found:
         console.print(f"[bold red]no kernels.json or e2e-*.json results in {directory}")
         raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------------------------
+# gap
+# --------------------------------------------------------------------------------------------
+def _rich_table(rows: list[dict[str, str]], title: str) -> Table:
+    table = Table(title=title)
+    left = ("file", "format", "model", "layer", "vLLM kernel", "verdict")
+    for c in rows[0] if rows else []:
+        table.add_column(c, justify="left" if c in left else "right", overflow="fold")
+    for r in rows:
+        table.add_row(*r.values())
+    return table
+
+
+@bench_app.command()
+def gap(
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="`kernels.json` files of `bench kernels` (or their directories; a missing `kernels.json` "
+            "is read from `kernels.json.gz` next to it)."
+        ),
+    ],
+    target: Annotated[
+        float, typer.Option(min=1.0, help="Speedup over vLLM's default kernel to reach.")
+    ] = 1.25,
+    markdown: Annotated[
+        Path | None, typer.Option(help="Also write the report (with the per-point tables) as markdown here.")
+    ] = None,
+    points: Annotated[bool, typer.Option(help="Print the per-point tables too.")] = False,
+) -> None:
+    """Where Helion misses `--target`x over vLLM's default kernel, and what it would need
+    (`hltools.bench_gap`). Per point timed for both: bytes moved (`bench.gemm_bytes`), the copy-bandwidth
+    floor bytes / copy BW, the time needed vLLM / target, and the verdict: met, needs X µs less fixed
+    cost, or beyond copy bandwidth (no kernel reaches the target). Per file and format: geomean, as
+    dispatched (slower keys 1.0), the floor-limited best geomean, median % of copy bandwidth for weights
+    >= 16 MiB, verdict counts; per format a fit t = bytes / BW_eff + c for Helion and vLLM. Needs no
+    GPU. Exits 1 when a file cannot be read or holds no Helion/vLLM pair."""
+    from hltools import bench_gap as g
+
+    console = _console()
+    rows, sources = [], {}
+    for path in files:
+        try:
+            metadata, results = g.load(path)
+        except (FileNotFoundError, ValueError) as exc:
+            console.print(f"[bold red]{exc}")
+            raise typer.Exit(1) from None
+        label = g.file_label(path)
+        bw = g.copy_bandwidth_gbs(metadata, results)
+        if not bw:
+            console.print(f"[bold red]{path}: no copy bandwidth in its metadata or rows")
+            raise typer.Exit(1)
+        got, skipped = g.gap_rows(results, bw, target, label)
+        if not got:
+            console.print(f"[bold red]{path}: no point timed for both Helion and vLLM")
+            raise typer.Exit(1)
+        if skipped:
+            console.print(f"[yellow]{label}: {skipped} Helion/vLLM rows without a timed partner left out")
+        rows += got
+        sources[label] = metadata
+    summaries = g.summarize(rows)
+    fits = g.fit_by_format(rows)
+    if points:
+        for s in summaries:
+            sub = [r for r in rows if (r.file, r.format) == (s.file, s.format)]
+            console.print(_rich_table(g.point_table(sub), f"{s.file}: {s.format}"))
+    console.print(
+        _rich_table(g.summary_table(summaries), f"Helion vs vLLM's default kernel, target {target:g}x")
+    )
+    console.print(_rich_table(g.fit_table(fits), "t = bytes / BW_eff + c (least squares, per format)"))
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(g.markdown(rows, summaries, fits, target, _command(), sources))
+        console.print(f"wrote {markdown}")
