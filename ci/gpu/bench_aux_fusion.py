@@ -23,6 +23,8 @@ x num_tokens {1, 2, 4, 8, 16, 32}, with these providers:
   max_num_batched_tokens, and Inductor autotunes there), all Dynamo guards skipped, asserts off;
 * ``helion``: hlcore's kernels as ``hlvllm.aux_ops`` runs them under capture (norm or silu_and_mul,
   then ``quant_kernels.per_token_fp8_quant``; generic configs picked by ``hlcore.aux_configs``);
+* ``helion_fused``: hlcore's one-launch fused kernels (``norm_quant.fused_add_rms_norm_fp8_quant`` /
+  ``rms_norm_fp8_quant``, ``activation_quant.silu_and_mul_fp8_quant``: what ``HL_AUX_FUSION=1`` runs);
 * ``vllm_cuda``: ``torch.ops._C.fused_add_rms_norm`` (in place) / ``_C.rms_norm`` / ``_C.silu_and_mul``
   then ``_custom_ops.scaled_fp8_quant(use_per_token_if_dynamic=True)`` (custom ops on, no fusion);
 * ``vllm_fused`` (norm pairs only): ``_custom_ops.rms_norm_dynamic_per_token_quant`` (what vLLM's
@@ -66,7 +68,7 @@ import types
 from pathlib import Path
 
 PAIRS = ["fused_add_rms_norm+quant", "silu_and_mul+quant", "rms_norm+quant"]
-PROVIDERS = ["inductor", "inductor_dyn", "helion", "vllm_cuda", "vllm_fused"]
+PROVIDERS = ["inductor", "inductor_dyn", "helion", "helion_fused", "vllm_cuda", "vllm_fused"]
 NORM_HIDDEN = [2048, 4096, 5120, 8192]
 SILU_D = [6144, 12288, 17408, 25600]
 DECODE_TOKENS = [1, 2, 4, 8, 16, 32]
@@ -204,6 +206,17 @@ def helion_pair(pair: str):
     if pair == "rms_norm+quant":
         return lambda x, r, w: quant_kernels.per_token_fp8_quant(norm.rms_norm(x, w, EPS), None)
     return lambda x, r, w: quant_kernels.per_token_fp8_quant(activation.silu_and_mul(x), None)
+
+
+def helion_fused_pair(pair: str):
+    """hlcore's one-launch fused kernels (what ``HL_AUX_FUSION=1`` puts in vLLM's graph)."""
+    from hlcore import activation_quant, norm_quant
+
+    if pair == "fused_add_rms_norm+quant":
+        return lambda x, r, w: norm_quant.fused_add_rms_norm_fp8_quant(x, r, w, EPS)
+    if pair == "rms_norm+quant":
+        return lambda x, r, w: norm_quant.rms_norm_fp8_quant(x, w, EPS)
+    return lambda x, r, w: activation_quant.silu_and_mul_fp8_quant(x)
 
 
 def vllm_cuda_pair(pair: str):
@@ -368,6 +381,11 @@ def _compile_job(job):
                     helion_pair(pair)(x, r, w)
                 except Exception as exc:  # noqa: BLE001
                     errors.append(f"{pair} H{h} M{m} helion: {type(exc).__name__}: {str(exc)[:300]}")
+            if "helion_fused" in providers:
+                try:
+                    helion_fused_pair(pair)(x, r, w)
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(f"{pair} H{h} M{m} helion_fused: {type(exc).__name__}: {str(exc)[:300]}")
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001
         errors.append(f"{pair} H{h}: {type(exc).__name__}: {str(exc)[:300]}")
@@ -569,6 +587,8 @@ def main() -> int:
         x, r, w = example
         if provider == "helion":
             return helion_pair(pair)
+        if provider == "helion_fused":
+            return helion_fused_pair(pair)
         if provider == "vllm_cuda":
             return vllm_cuda_pair(pair)
         if provider == "vllm_fused":
