@@ -12,7 +12,8 @@
 #       full depth off / on / gemm (issue 6).
 #   K   (two-GPU kind) issue 4: kernel benchmarks of the shipped-model shapes with no key yet:
 #       GPU 0 Qwen3-32B TP=1 in all three formats; GPU 1 Block_FP8 of Qwen3-4B, Qwen3-14B and
-#       Llama-3.1-8B (then `hltools configs from-bench --only-new` folds them into the shipped file).
+#       Llama-3.1-8B (then `hltools configs from-bench --only-new` folds them into the shipped file),
+#       then ci/gpu/bench_aux_fusion.py (issue 5 / e2e question: our aux pairs vs Inductor's fusion).
 #   G1, E1, E1B  the same work on the one-GPU kind, one lane each (G1 = tests + compile modes,
 #       E1 = 8B fp8, E1B = warm start-up + 1.7B fp8).
 # Each phase writes under $RES/<phase> (outside $OUT: only a few files come back per call) and
@@ -82,7 +83,11 @@ K)
             --output "$O/$1"
     }
     ( export CUDA_VISIBLE_DEVICES=0; kb kernels-32b qwen3-32b fp8_dynamic,w8a8_int8,block_fp8 ) &
-    ( export CUDA_VISIBLE_DEVICES=1; kb kernels-block qwen3-4b,qwen3-14b,llama-3.1-8b block_fp8 ) &
+    ( # GPU 1: the block shapes, then the aux pairs: Helion (2 launches / fused) vs Inductor vs vLLM
+        export CUDA_VISIBLE_DEVICES=1
+        kb kernels-block qwen3-4b,qwen3-14b,llama-3.1-8b block_fp8
+        run aux-fusion 200 env OUT="$O" python3 ci/gpu/bench_aux_fusion.py --budget-s 150
+    ) &
     wait
     ;;
 G1) gpu_tests; compile_modes ;;
