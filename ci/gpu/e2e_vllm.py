@@ -119,6 +119,8 @@ def run(args) -> int:
         os.environ.pop("HL_LINEAR_BACKEND", None)
     if args.aux_kernels is not None:  # e.g. none: the GEMM plugin without the auxiliary kernels
         os.environ["HL_AUX_KERNELS"] = args.aux_kernels
+    if args.aux_fusion:
+        os.environ["HL_AUX_FUSION"] = "1"
     if args.disable_kernels:  # e.g. CutlassFP8ScaledMMLinearKernel: a control with another vLLM kernel
         os.environ["VLLM_DISABLED_KERNELS"] = args.disable_kernels
     import torch
@@ -203,6 +205,7 @@ def run(args) -> int:
         "layers": args.layers,
         "quant": args.quant,
         "compile": args.compile,
+        "aux_fusion": args.aux_fusion,
         "startup_s": startup_s,
         "kernels": kernels,
         "dispatch": dispatch,
@@ -259,6 +262,12 @@ def compare(args) -> int:
     else:
         print(f"compile mode {mode}")
         ok &= bool(helion_m) and max(helion_m) <= 32 and min(set(fallback_m) - set(helion_m), default=33) > 32
+        aux_ops = sorted(op for op, routes in on.get("aux_captured", {}).items() if "helion" in routes)
+        print(f"aux ops captured with Helion: {aux_ops}")
+        if on.get("aux_fusion"):  # HL_AUX_FUSION=1: the graph pass must have put the fused ops in
+            fused = [op for op in aux_ops if op.endswith("_fp8_quant") and op != "per_token_fp8_quant"]
+            print(f"fused aux ops (HL_AUX_FUSION=1): {fused}")
+            ok &= bool(fused)
     for batch in ("4", "64"):
         same_tokens, max_diff, compared = 0, 0.0, 0
         for a, b in zip(on["logprobs"][batch], off["logprobs"][batch], strict=True):

@@ -32,21 +32,23 @@ gpu_tests() {
 }
 compile_modes() { # issue 7: 4-layer Qwen3-8B-dims engines, four at a time on this GPU (fixed KV cache)
     local m pids=()
-    local modes=(off:O2 on:O2 on:piecewise on:full-decode on:custom-ops-all on:custom-ops-none on:O0 on:eager)
+    local modes=(off:O2 on:O2 fused:O2 on:piecewise on:full-decode on:custom-ops-all on:custom-ops-none on:O0 on:eager)
     mkdir -p "$O/modes"
     for i in "${!modes[@]}"; do
-        local plugin=${modes[$i]%%:*} mode=${modes[$i]#*:}
-        local c=$O/modes/cache-$plugin-$mode # own cold caches: no two engines share a compile cache
-        run "mode-$plugin-$mode" 240 env VLLM_CACHE_ROOT="$c/vllm" TORCHINDUCTOR_CACHE_DIR="$c/inductor" \
+        local name=${modes[$i]%%:*} mode=${modes[$i]#*:} plugin extra=()
+        plugin=$name; [ "$name" = fused ] && plugin=on && extra=(--aux-fusion) # HL_AUX_FUSION=1
+        local c=$O/modes/cache-$name-$mode # own cold caches: no two engines share a compile cache
+        run "mode-$name-$mode" 240 env VLLM_CACHE_ROOT="$c/vllm" TORCHINDUCTOR_CACHE_DIR="$c/inductor" \
             TRITON_CACHE_DIR="$c/triton" python3 ci/gpu/e2e_vllm.py run --plugin "$plugin" --compile "$mode" \
-            --layers 4 --kv-cache-gib 2 --gpu-memory-utilization 0.2 --out "$O/modes/$plugin-$mode.json" &
+            "${extra[@]}" --layers 4 --kv-cache-gib 2 --gpu-memory-utilization 0.2 \
+            --out "$O/modes/$name-$mode.json" &
         pids+=($!)
         if [ $(((i + 1) % 4)) -eq 0 ]; then wait "${pids[@]}"; pids=(); fi
     done
     wait
-    for m in O2 piecewise full-decode custom-ops-all custom-ops-none O0 eager; do
-        [ -f "$O/modes/on-$m.json" ] || { echo "mode $m: no result" >>"$O/modes.txt"; continue; }
-        python3 ci/gpu/e2e_vllm.py compare "$O/modes/on-$m.json" "$O/modes/off-O2.json" >>"$O/modes.txt" 2>&1
+    for m in on-O2 fused-O2 on-piecewise on-full-decode on-custom-ops-all on-custom-ops-none on-O0 on-eager; do
+        [ -f "$O/modes/$m.json" ] || { echo "mode $m: no result" >>"$O/modes.txt"; continue; }
+        python3 ci/gpu/e2e_vllm.py compare "$O/modes/$m.json" "$O/modes/off-O2.json" >>"$O/modes.txt" 2>&1
         echo "mode $m: compare rc=$?" >>"$O/modes.txt"
     done
     grep -E "^mode |batch|E2E" "$O/modes.txt" | tee -a "$O/lanes.txt"
