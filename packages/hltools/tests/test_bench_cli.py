@@ -113,6 +113,35 @@ def test_e2e_dry_run_with_gemm_setting(no_gpu, tmp_path, monkeypatch):
     assert bad.exit_code == 2 and "plugins must be among" in _flat(bad.output)
 
 
+def test_e2e_dry_run_with_four_settings(no_gpu, tmp_path, monkeypatch):
+    """`--plugins off,on,gemm,fused`: four engine runs per round; only fused has HL_AUX_FUSION=1,
+    each setting its own compile caches."""
+    for var in ("HL_AUX_KERNELS", "HL_LINEAR_BACKEND", "HL_AUX_FUSION"):
+        monkeypatch.delenv(var, raising=False)
+    result = runner.invoke(
+        app,
+        ["bench", "e2e", "--model", "qwen3-1.7b", "--layers", "2", "--concurrency", "1,4",
+         "--plugins", "off,on,gemm,fused", "--output", str(tmp_path), "--dry-run"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
+    assert len(lines) == 8 and "8 engine runs" in _flat(result.output)
+    plugins = [ln.split("--plugin ")[1].split()[0] for ln in lines]
+    assert plugins == ["off", "on", "gemm", "fused"] * 2
+    for off, on, gemm, fused in (lines[:4], lines[4:]):
+        assert "VLLM_PLUGINS='' " in off and "HL_LINEAR_BACKEND" not in off
+        assert "HL_LINEAR_BACKEND=helion" in on and "HL_AUX_KERNELS" not in on and "cache-on/" in on
+        assert "HL_AUX_KERNELS=none" in gemm and "cache-gemm/" in gemm
+        assert "HL_LINEAR_BACKEND=helion" in fused and "HL_AUX_FUSION=1" in fused
+        assert "HL_AUX_KERNELS" not in fused and "VLLM_PLUGINS" not in fused and "cache-fused/" in fused
+        assert [ln for ln in (off, on, gemm, fused) if "HL_AUX_FUSION" in ln] == [fused]
+    out = result.output
+    assert (
+        out.index("# fused-r0 (cold caches)") < out.index("# off-r1") < out.index("# fused-r1 (warm caches)")
+    )
+    assert not any(tmp_path.iterdir())
+
+
 def test_e2e_dry_run_tensor_parallel(no_gpu, tmp_path):
     result = runner.invoke(
         app,
@@ -264,3 +293,56 @@ def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
     ]
     assert list(table.columns[-2].cells) == ["1.400"] and list(table.columns[3].cells) == ["1.250"]
     assert len(bench_cli.e2e_table(e2e.summarize(runs(("off", "on"))), "t").columns) == 6
+
+
+def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
+    from hltools import e2e
+
+    def runs(plugins):
+        values = {"off": 100.0, "on": 125.0, "gemm": 140.0, "fused": 160.0}
+        return [
+            {"plugin": p, "round": 0, "startup_s": 50.0,
+             "throughput": {"1": {"tokens_per_s": values[p], "tpot_ms": 1000.0 / values[p], "ttft_ms": 30.0}}}
+            for p in plugins
+        ]  # fmt: skip
+
+    meta = {**META, "model": "qwen3-8b", "format": "fp8_dynamic"}
+    e2e.write_e2e(tmp_path, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on", "gemm", "fused")))
+    result = runner.invoke(app, ["bench", "report", str(tmp_path), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    out = _flat(result.output)
+    assert "speedup GEMM only" in out and "speedup fused aux" in out and "1.600" in out and "160" in out
+    md = (tmp_path / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+    assert (
+        "| 1 | 100 | 125 | 1.250 | 10.00 | 8.00 | 30.0 | 30.0 | 140 | 1.400 | 7.14 | 30.0 "
+        "| 160 | 1.600 | 6.25 | 30.0 |"
+    ) in md
+    csv = (tmp_path / "e2e-qwen3-8b-fp8_dynamic.csv").read_text().splitlines()
+    cells = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
+    assert float(cells["speedup_fused"]) == 1.6 and float(cells["speedup_gemm"]) == 1.4
+    assert csv[0].split(",")[-5:] == [
+        f"{k}_fused" for k in ("tokens_per_s", "speedup", "tpot_ms", "tpot_speedup", "ttft_ms")
+    ]
+
+    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm", "fused"))), "t")
+    assert [c.header for c in table.columns][6:] == [
+        "tok/s GEMM only",
+        "speedup GEMM only",
+        "TPOT ms GEMM only",
+        "tok/s fused aux",
+        "speedup fused aux",
+        "TPOT ms fused aux",
+    ]
+    assert list(table.columns[-2].cells) == ["1.600"] and list(table.columns[-1].cells) == ["6.25"]
+    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "fused"))), "t")
+    assert [c.header for c in table.columns][6:] == [
+        "tok/s fused aux",
+        "speedup fused aux",
+        "TPOT ms fused aux",
+    ]
+
+    plain = tmp_path / "plain"
+    e2e.write_e2e(plain, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on", "gemm")))
+    result = runner.invoke(app, ["bench", "report", str(plain), "--no-plots"])
+    assert result.exit_code == 0 and "GEMM only" in _flat(result.output) and "fused" not in result.output
+    assert "fused aux" not in (plain / "e2e-qwen3-8b-fp8_dynamic.md").read_text()

@@ -169,7 +169,7 @@ def test_worker_cli_parses_and_sets_the_plugin_switch(monkeypatch):
 def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     """``gemm``: the plugin with HL_LINEAR_BACKEND=helion and HL_AUX_KERNELS=none; ``on`` keeps a
     HL_AUX_KERNELS the user set, ``gemm`` overrides it; ``off`` is unchanged."""
-    assert e2e.PLUGINS == ("off", "on", "gemm") and e2e.DEFAULT_PLUGINS == ("off", "on")
+    assert e2e.PLUGINS == ("off", "on", "gemm", "fused") and e2e.DEFAULT_PLUGINS == ("off", "on")
     env = {"VLLM_PLUGINS": "", "HL_AUX_KERNELS": "rms_norm", "X": "1"}
     e2e.set_plugin(env, "gemm")
     assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "none"}
@@ -179,7 +179,7 @@ def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     env = {"HL_LINEAR_BACKEND": "helion"}
     e2e.set_plugin(env, "off")
     assert env == {"VLLM_PLUGINS": ""}
-    with pytest.raises(ValueError, match=r"\['off', 'on', 'gemm'\]"):
+    with pytest.raises(ValueError, match=r"\['off', 'on', 'gemm', 'fused'\]"):
         e2e.set_plugin({}, "aux")
 
     gemm = e2e.worker_env("gemm", tmp_path / "cache-gemm", {"PATH": "/bin", "VLLM_PLUGINS": ""})
@@ -191,6 +191,48 @@ def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     assert on["HL_LINEAR_BACKEND"] == "helion" and "HL_AUX_KERNELS" not in on
     line = e2e.shell_line(e2e.worker_command("/py", tmp_path, "gemm", e2e.E2EOptions(), tmp_path / "o"), gemm)
     assert "HL_AUX_KERNELS=none" in line and "--plugin gemm" in line
+
+
+def test_fused_setting_is_on_with_aux_fusion(tmp_path):
+    """``fused``: ``on`` plus HL_AUX_FUSION=1 (a user's HL_AUX_KERNELS kept); every other setting
+    removes an inherited HL_AUX_FUSION, so only ``fused`` has it."""
+    assert e2e.HELION_PLUGINS == ("on", "gemm", "fused") and e2e.EXCLUSIVE_ENV == ("HL_AUX_FUSION",)
+    assert list(e2e.EXTRA_SETTINGS) == ["gemm", "fused"]
+    fused = e2e.EXTRA_SETTINGS["fused"]
+    assert (fused.label, fused.suffix, fused.env_text) == ("fused aux", "_fused", "HL_AUX_FUSION=1")
+    assert e2e.EXTRA_SETTINGS["gemm"].label == "GEMM only"
+    env = {"VLLM_PLUGINS": "", "HL_AUX_KERNELS": "rms_norm,quant_fp8", "X": "1"}
+    e2e.set_plugin(env, "fused")
+    assert env == {
+        "X": "1",
+        "HL_LINEAR_BACKEND": "helion",
+        "HL_AUX_KERNELS": "rms_norm,quant_fp8",
+        "HL_AUX_FUSION": "1",
+    }
+    env = {"HL_AUX_FUSION": "0"}
+    e2e.set_plugin(env, "fused")
+    assert env == {"HL_LINEAR_BACKEND": "helion", "HL_AUX_FUSION": "1"}
+    for plugin, expected in (
+        ("on", {"HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "all"}),
+        ("gemm", {"HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "none"}),
+        ("off", {"VLLM_PLUGINS": "", "HL_AUX_KERNELS": "all"}),
+    ):
+        env = {"HL_AUX_FUSION": "1", "HL_AUX_KERNELS": "all", "HL_LINEAR_BACKEND": "helion"}
+        e2e.set_plugin(env, plugin)
+        assert env == expected, plugin
+
+    base = {"PATH": "/bin", "VLLM_PLUGINS": "", "HL_AUX_FUSION": "1"}
+    envs = {p: e2e.worker_env(p, tmp_path / f"cache-{p}", base) for p in e2e.PLUGINS}
+    assert envs["fused"]["HL_LINEAR_BACKEND"] == "helion" and envs["fused"]["HL_AUX_FUSION"] == "1"
+    assert "VLLM_PLUGINS" not in envs["fused"] and "HL_AUX_KERNELS" not in envs["fused"]
+    assert envs["fused"]["VLLM_CACHE_ROOT"] == str(tmp_path / "cache-fused" / "vllm")
+    assert envs["fused"]["HL_KERNEL_CACHE_DIR"] == str(tmp_path / "cache-fused" / "hl-kernels")
+    assert [p for p, env in envs.items() if "HL_AUX_FUSION" in env] == ["fused"]
+    assert base["HL_AUX_FUSION"] == "1"  # the base is not changed
+    cmd = e2e.worker_command("/py", tmp_path, "fused", e2e.E2EOptions(), tmp_path / "o")
+    line = e2e.shell_line(cmd, envs["fused"], {"PATH": "/bin"})
+    assert "HL_AUX_FUSION=1" in line and "HL_LINEAR_BACKEND=helion" in line and "--plugin fused" in line
+    assert "HL_AUX_KERNELS" not in line
 
 
 def test_plan_runs_alternates_three_settings(tmp_path):
@@ -211,6 +253,19 @@ def test_plan_runs_alternates_three_settings(tmp_path):
     assert specs[5].out == tmp_path / "runs" / "gemm-r1.json" and specs[5].log.name == "gemm-r1.log"
     assert [s.name for s in e2e.plan_runs(tmp_path, ["gemm", "off"], rounds=1)] == ["gemm-r0", "off-r0"]
     assert [s.plugin for s in e2e.plan_runs(tmp_path)] == ["off", "on", "off", "on"]  # default: off, on
+
+
+def test_plan_runs_alternates_four_settings(tmp_path):
+    specs = e2e.plan_runs(tmp_path, ["off", "on", "gemm", "fused"], rounds=3)
+    names = [s.name for s in specs]
+    assert names == [f"{p}-r{r}" for r in range(3) for p in ("off", "on", "gemm", "fused")]
+    assert [s.cold for s in specs] == [True] * 4 + [False] * 8
+    assert {s.plugin: s.cache for s in specs}["fused"] == tmp_path / "cache-fused"
+    assert specs[-1].out == tmp_path / "runs" / "fused-r2.json" and specs[-1].log.name == "fused-r2.log"
+    order = ["fused", "off", "gemm", "on"]  # the order given, duplicates once
+    assert [s.plugin for s in e2e.plan_runs(tmp_path, [*order, "off"], rounds=1)] == order
+    with pytest.raises(ValueError, match="plugins must be among"):
+        e2e.plan_runs(tmp_path, ["off", "fusion"])
 
 
 def test_measure_throughput_with_a_fake_engine():
@@ -317,6 +372,102 @@ def test_summarize_with_gemm_runs():
     # an older summary (no "plugins" list) is judged by its rows
     assert e2e.has_gemm({"rows": [{"tokens_per_s_gemm": 1.0}]})
     assert not e2e.has_gemm({"rows": [{"tokens_per_s_on": 1.0}]})
+    # no fused runs: its keys are empty, no fused columns or start-up deltas
+    assert [x.name for x in e2e.extra_settings(s)] == ["gemm"]
+    assert r1["tokens_per_s_fused"] is None and r1["speedup_fused"] is None
+    assert "delta_fused_cold_s" not in st and "fused" not in st and "fused aux" not in md
+
+
+def test_summarize_with_gemm_and_fused_runs():
+    """off, on, gemm and fused: each setting's medians and ratios to off, start-up deltas, agreement
+    and Helion ranks for gemm and fused alike; the markdown has both settings' columns in order."""
+    runs = [
+        _run("off", 0, {1: 100.0, 8: 800.0}, 60.0),
+        _run("on", 0, {1: 120.0, 8: 760.0}, 70.0, greedy=((1, 2), (3, 5))),
+        _run("gemm", 0, {1: 110.0, 8: 880.0}, 65.0, greedy=((1, 2), (9, 9))),
+        _run("fused", 0, {1: 125.0, 8: 960.0}, 75.0, greedy=((1, 2), (3, 4))),
+        _run("off", 1, {1: 100.0, 8: 800.0}, 30.0),
+        _run("on", 1, {1: 130.0, 8: 760.0}, 33.0),
+        _run("gemm", 1, {1: 120.0, 8: 900.0}, 31.0),
+        _run("fused", 1, {1: 135.0, 8: 1040.0}, 34.0, greedy=((7, 7), (3, 4))),
+    ]
+    s = e2e.summarize(runs)
+    assert s["plugins"] == ["off", "on", "gemm", "fused"]
+    assert e2e.has_gemm(s) and e2e.has_setting(s, "fused")
+    assert [x.name for x in e2e.extra_settings(s)] == ["gemm", "fused"]
+    r1, r8 = s["rows"]
+    # off, on and gemm as without fused runs
+    assert r1["tokens_per_s_off"] == 100.0 and r1["tokens_per_s_on"] == 125.0 and r1["speedup"] == 1.25
+    assert r1["tokens_per_s_gemm"] == 115.0 and r1["speedup_gemm"] == 1.15
+    assert r8["speedup"] == 0.95 and r8["speedup_gemm"] == 1.1125
+    # fused: medians 130 and 1000 tokens/s
+    assert r1["tokens_per_s_fused"] == 130.0 and r8["tokens_per_s_fused"] == 1000.0
+    assert r1["speedup_fused"] == 1.3 and r8["speedup_fused"] == 1.25
+    assert r8["tpot_ms_fused"] == (1000 / 960 + 1000 / 1040) / 2
+    assert r8["tpot_speedup_fused"] == (1000 / 800) / ((1000 / 960 + 1000 / 1040) / 2)
+    assert r1["ttft_ms_fused"] == 20.0
+    st = s["startup"]
+    assert st["fused"] == {"cold_s": 75.0, "warm_s": 34.0}
+    assert st["delta_cold_s"] == 10.0 and st["delta_gemm_cold_s"] == 5.0 and st["delta_fused_cold_s"] == 15.0
+    assert st["delta_fused_warm_s"] == 4.0 and st["delta_gemm_warm_s"] == 1.0
+    assert s["greedy_agreement"] == {
+        "on-r0": "1/2",
+        "on-r1": "2/2",
+        "gemm-r0": "1/2",
+        "gemm-r1": "2/2",
+        "fused-r0": "2/2",
+        "fused-r1": "1/2",
+    }
+
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
+    legend = next(ln for ln in md.splitlines() if ln.startswith("vLLM: no plugin"))
+    assert legend.index("GEMM only: Helion GEMMs, `HL_AUX_KERNELS=none`") < legend.index("fused aux: ")
+    assert "`HL_AUX_FUSION=1`" in legend and legend.endswith("Speedups are tokens/s over vLLM's.")
+    head = next(ln for ln in md.splitlines() if ln.startswith("| concurrency"))
+    assert head.endswith(
+        " TTFT ms GEMM only | tok/s fused aux | speedup fused aux | TPOT ms fused aux | TTFT ms fused aux |"
+    )
+    assert (
+        "| 1 | 100 | 125 | 1.250 | 10.00 | 8.01 | 20.0 | 20.0 | 115 | 1.150 | 8.71 | 20.0 "
+        "| 130 | 1.300 | 7.70 | 20.0 |"
+    ) in md
+    assert "| 8 | 800 | 760 | 0.950 |" in md and "| 890 | 1.113 |" in md and "| 1000 | 1.250 |" in md
+    assert (
+        "| start-up | vLLM s | hlvllm s | delta s | GEMM only s | delta GEMM only s | fused aux s | delta fused aux s |"
+        in md
+    )
+    assert "| cold caches | 60.0 | 70.0 | +10.0 | 65.0 | +5.0 | 75.0 | +15.0 |" in md
+    assert "| warm caches | 30.0 | 33.0 | +3.0 | 31.0 | +1.0 | 34.0 | +4.0 |" in md
+    assert "gemm-r1: 2/2, fused-r0: 2/2, fused-r1: 1/2" in md
+    for table in md.split("\n\n"):  # every line of a table has as many cells as its header
+        rows = [ln for ln in table.splitlines() if ln.startswith("|")]
+        assert len({ln.count("|") for ln in rows}) <= 1, rows
+
+    # fused without gemm: fused's columns alone follow off/on, gemm's keys stay empty
+    s = e2e.summarize([r for r in runs if r["plugin"] != "gemm"])
+    assert s["plugins"] == ["off", "on", "fused"] and not e2e.has_gemm(s)
+    assert [x.name for x in e2e.extra_settings(s)] == ["fused"]
+    assert s["rows"][0]["speedup_gemm"] is None and s["rows"][0]["speedup_fused"] == 1.3
+    assert "delta_gemm_cold_s" not in s["startup"] and s["startup"]["delta_fused_cold_s"] == 15.0
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
+    assert "GEMM only" not in md and "HL_AUX_KERNELS" not in md and "HL_AUX_FUSION=1" in md
+    assert "| 20.0 | 20.0 | 130 | 1.300 | 7.70 | 20.0 |" in md
+    assert "| cold caches | 60.0 | 70.0 | +10.0 | 75.0 | +15.0 |" in md
+    # an older summary (no "plugins" list) is judged by its rows
+    assert e2e.has_setting({"rows": [{"tokens_per_s_fused": 1.0}]}, "fused")
+    assert not e2e.has_setting({"rows": [{"tokens_per_s_fused": None}]}, "fused")
+
+
+def test_summary_fields_add_fused_after_gemm():
+    fields = e2e.SUMMARY_FIELDS
+    assert fields[:9] == (
+        "concurrency", "tokens_per_s_off", "tokens_per_s_on", "speedup", "tpot_ms_off", "tpot_ms_on",
+        "tpot_speedup", "ttft_ms_off", "ttft_ms_on",
+    )  # fmt: skip
+    assert fields[9:] == (
+        "tokens_per_s_gemm", "speedup_gemm", "tpot_ms_gemm", "tpot_speedup_gemm", "ttft_ms_gemm",
+        "tokens_per_s_fused", "speedup_fused", "tpot_ms_fused", "tpot_speedup_fused", "ttft_ms_fused",
+    )  # fmt: skip
 
 
 def _tp_run(plugin, rnd, kernels_by_rank, captured_by_rank):
@@ -372,6 +523,19 @@ def test_summarize_reports_helion_per_rank():
     assert s["helion_ranks"]["gemm-r0"]["inactive"] == {"1": "no Helion kernel"}
     md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
     assert "gemm-r0: Helion active in 1/2 ranks (rank 1: no Helion kernel)" in md
+    # and fused runs, under fused-r<round>
+    s = e2e.summarize(
+        [
+            *runs,
+            _tp_run("gemm", 0, [helion, cutlass], [cap, cap]),
+            _tp_run("fused", 0, [helion, helion], [cap, {}]),
+        ]
+    )
+    assert list(s["helion_ranks"]) == ["on-r0", "on-r1", "gemm-r0", "fused-r0"]
+    assert s["helion_ranks"]["fused-r0"]["active"] == 1
+    assert s["helion_ranks"]["fused-r0"]["inactive"] == {"1": "no size captured with Helion"}
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
+    assert "fused-r0: Helion active in 1/2 ranks (rank 1: no size captured with Helion)" in md
 
 
 def test_run_e2e_with_a_fake_launcher(tmp_path):
@@ -426,7 +590,7 @@ def test_run_e2e_with_a_fake_launcher(tmp_path):
         "concurrency", "tokens_per_s_off", "tokens_per_s_on", "speedup", "tpot_ms_off", "tpot_ms_on",
         "tpot_speedup", "ttft_ms_off", "ttft_ms_on",
     )  # fmt: skip
-    assert csv_lines[1].split(",")[-5:] == [""] * 5  # the gemm columns, at the end, empty
+    assert csv_lines[1].split(",")[-10:] == [""] * 10  # the gemm and fused columns, at the end, empty
     assert (out / "e2e-qwen3-1.7b-block_fp8.md").read_text().startswith("# vLLM end to end: Qwen/Qwen3-1.7B")
     assert report.files["stem"] == "e2e-qwen3-1.7b-block_fp8"
 
@@ -588,7 +752,7 @@ def test_run_e2e_with_gemm_runs(tmp_path, monkeypatch):
     assert "| 4 | 400 | 440 | 1.100 |" in md and "| 500 | 1.250 |" in md
 
 
-@pytest.mark.parametrize("plugin", ["off", "on", "gemm"])
+@pytest.mark.parametrize("plugin", ["off", "on", "gemm", "fused"])
 def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugin):
     """worker_main with a fake vllm.LLM: ``on`` and ``gemm`` collect the captured sizes (GEMM and
     aux) from every rank, ``off`` does not; the environment it records holds the plugin switch."""
@@ -639,7 +803,64 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
     assert result["aux_captured_by_rank"] == ([canned["aux_capture_counts"]] if helion else [])
     assert result["env"]["HL_LINEAR_BACKEND"] == ("helion" if helion else None)
     assert result["env"]["HL_AUX_KERNELS"] == ("none" if plugin == "gemm" else None)
+    assert result["env"]["HL_AUX_FUSION"] == ("1" if plugin == "fused" else None)
     assert result["env"]["VLLM_PLUGINS"] == ("" if plugin == "off" else None)
     assert set(result["throughput"]) == {"1", "2"} and result["greedy"] == [[*range(16)]] * 4
     if helion:
         assert e2e.helion_ranks(result)["active"] == 1
+
+
+def test_run_e2e_with_gemm_and_fused_runs(tmp_path, monkeypatch):
+    """``plugins=off,on,gemm,fused`` with HL_AUX_FUSION=1 in the caller's environment: four workers
+    per round, only fused's with HL_AUX_FUSION=1, each in its own cache dir; the files carry fused's
+    tokens/s and speedup after gemm's."""
+    monkeypatch.delenv("HL_AUX_KERNELS", raising=False)
+    monkeypatch.setenv("HL_AUX_FUSION", "1")
+    launched = []
+    factor = {"off": 1.0, "on": 1.1, "gemm": 1.25, "fused": 1.5}
+
+    def launcher(cmd, env, log, timeout):
+        args = dict(zip(cmd[4::2], cmd[5::2], strict=True))
+        p = args["--plugin"]
+        launched.append(
+            (p, env.get("HL_LINEAR_BACKEND"), env.get("HL_AUX_KERNELS"), env.get("HL_AUX_FUSION"))
+        )
+        assert env["VLLM_CACHE_ROOT"].endswith(f"cache-{p}/vllm")
+        tps = {int(c): 100.0 * int(c) * factor[p] for c in args["--concurrency"].split(",")}
+        with open(args["--out"], "w") as f:
+            json.dump(_run(p, -1, tps, {"off": 40.0, "on": 50.0, "gemm": 44.0, "fused": 52.0}[p]), f)
+        return 0
+
+    report = e2e.run_e2e(
+        model="qwen3-1.7b",
+        model_config=load_model_config("qwen3-1.7b"),
+        fmt="fp8_dynamic",
+        layers=2,
+        options=e2e.E2EOptions(concurrency=(1, 4)),
+        output=tmp_path,
+        plugins=["off", "on", "gemm", "fused"],
+        launcher=launcher,
+    )
+    assert (
+        launched
+        == [
+            ("off", None, None, None),
+            ("on", "helion", None, None),
+            ("gemm", "helion", "none", None),
+            ("fused", "helion", None, "1"),
+        ]
+        * 2
+    )
+    assert not report.failed and [r["plugin"] for r in report.runs] == ["off", "on", "gemm", "fused"] * 2
+    payload = json.loads((tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.json").read_text())
+    assert payload["metadata"]["plugins"] == ["off", "on", "gemm", "fused"]
+    row = payload["summary"]["rows"][1]
+    assert row["concurrency"] == 4 and row["tokens_per_s_fused"] == 600.0 and row["speedup_fused"] == 1.5
+    assert row["speedup_gemm"] == 1.25 and row["speedup"] == pytest.approx(1.1)
+    assert payload["summary"]["startup"]["delta_fused_cold_s"] == 12.0
+    lines = (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.csv").read_text().splitlines()
+    assert lines[0].split(",") == list(e2e.SUMMARY_FIELDS)
+    cells = dict(zip(lines[0].split(","), lines[2].split(","), strict=True))
+    assert float(cells["tokens_per_s_fused"]) == 600.0 and float(cells["speedup_fused"]) == 1.5
+    md = (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.md").read_text()
+    assert "| 4 | 400 | 440 | 1.100 |" in md and "| 500 | 1.250 |" in md and "| 600 | 1.500 |" in md

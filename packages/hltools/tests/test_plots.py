@@ -111,6 +111,44 @@ def test_e2e_plot_draws_a_gemm_series_when_present(tmp_path, monkeypatch):
     assert set(right) == {"tokens/s ratio", "per-token latency ratio (off / on)"}
 
 
+def test_e2e_plot_draws_a_fused_series_when_present(tmp_path, monkeypatch):
+    rows = [
+        {"concurrency": c, "tokens_per_s_off": 100.0 * c, "tokens_per_s_on": 110.0 * c, "speedup": 1.1,
+         "tpot_ms_off": 5.0, "tpot_ms_on": 4.0, "tokens_per_s_gemm": 120.0 * c, "speedup_gemm": 1.2,
+         "tpot_ms_gemm": 2.5, "tokens_per_s_fused": 130.0 * c, "speedup_fused": 1.3, "tpot_ms_fused": 4.0}
+        for c in (1, 2, 4, 32)
+    ]  # fmt: skip
+    left, right = _drawn(monkeypatch, rows, tmp_path / "fused.png")
+    assert list(left) == [
+        "vLLM (no plugin)",
+        "hlvllm",
+        "hlvllm GEMM only (HL_AUX_KERNELS=none)",
+        "hlvllm fused aux (HL_AUX_FUSION=1)",
+    ]
+    assert left["hlvllm fused aux (HL_AUX_FUSION=1)"] == [130.0, 260.0, 520.0, 4160.0]
+    assert right["tokens/s ratio (fused aux / vLLM)"] == [1.3] * 4
+    assert right["per-token latency ratio (off / fused)"] == [1.25] * 4
+    assert right["tokens/s ratio (GEMM only / vLLM)"] == [1.2] * 4
+    assert right["tokens/s ratio (hlvllm / vLLM)"] == [1.1] * 4
+    # fused without gemm: the fused series alone next to off/on
+    for r in rows:
+        r["tokens_per_s_gemm"] = r["speedup_gemm"] = r["tpot_ms_gemm"] = None
+    left, right = _drawn(monkeypatch, rows, tmp_path / "fused-only.png")
+    assert set(left) == {"vLLM (no plugin)", "hlvllm", "hlvllm fused aux (HL_AUX_FUSION=1)"}
+    assert set(right) == {
+        "tokens/s ratio (hlvllm / vLLM)",
+        "per-token latency ratio (off / on)",
+        "tokens/s ratio (fused aux / vLLM)",
+        "per-token latency ratio (off / fused)",
+    }
+    # neither: off/on alone, as before
+    for r in rows:
+        del r["tokens_per_s_fused"], r["speedup_fused"], r["tpot_ms_fused"]
+    left, right = _drawn(monkeypatch, rows, tmp_path / "plain.png")
+    assert set(left) == {"vLLM (no plugin)", "hlvllm"}
+    assert set(right) == {"tokens/s ratio", "per-token latency ratio (off / on)"}
+
+
 def test_provenance_line():
     assert provenance_line({**META, "date": "2026-11-30T12:00:00+00:00"}) == (
         "NVIDIA H200 · torch 2.11 · triton 3.6 · helion 1.5 · vllm 0.26 · commit 0123456789 · 2026-11-30"

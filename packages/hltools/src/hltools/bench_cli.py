@@ -343,18 +343,19 @@ def repro_command(r, metadata: dict) -> str:
 # e2e
 # --------------------------------------------------------------------------------------------
 def e2e_table(summary: dict, title: str) -> Table:
-    """A rich table of :func:`hltools.e2e.summarize`'s rows; with ``gemm`` runs (Helion GEMMs only,
-    ``HL_AUX_KERNELS=none``) their tokens/s, speedup over vLLM and TPOT too."""
-    from hltools.e2e import has_gemm
+    """A rich table of :func:`hltools.e2e.summarize`'s rows; per extra setting with runs (``gemm``:
+    Helion GEMMs only, ``HL_AUX_KERNELS=none``; ``fused``: ``HL_AUX_FUSION=1``) its tokens/s, speedup
+    over vLLM and TPOT too, headed by its label ("GEMM only", "fused aux")."""
+    from hltools.e2e import extra_settings
 
     def f(v, spec):
         return "-" if v is None else format(v, spec)
 
-    gemm = has_gemm(summary)
+    extras = extra_settings(summary)
     table = Table(title=title)
     cols = ["concurrency", "tok/s vLLM", "tok/s hlvllm", "speedup", "TPOT ms vLLM", "TPOT ms hlvllm"]
-    if gemm:
-        cols += ["tok/s GEMM only", "speedup GEMM only", "TPOT ms GEMM only"]
+    for x in extras:
+        cols += [f"tok/s {x.label}", f"speedup {x.label}", f"TPOT ms {x.label}"]
     for c in cols:
         table.add_column(c, justify="right")
     for r in summary["rows"]:
@@ -366,11 +367,11 @@ def e2e_table(summary: dict, title: str) -> Table:
             f(r["tpot_ms_off"], ".2f"),
             f(r["tpot_ms_on"], ".2f"),
         ]
-        if gemm:
+        for x in extras:
             cells += [
-                f(r.get("tokens_per_s_gemm"), ".0f"),
-                f(r.get("speedup_gemm"), ".3f"),
-                f(r.get("tpot_ms_gemm"), ".2f"),
+                f(r.get(f"tokens_per_s{x.suffix}"), ".0f"),
+                f(r.get(f"speedup{x.suffix}"), ".3f"),
+                f(r.get(f"tpot_ms{x.suffix}"), ".2f"),
             ]
         table.add_row(*cells)
     return table
@@ -406,7 +407,8 @@ def e2e(
         typer.Option(
             help="Which engines (comma-separated, run alternating): off (no plugin), on (Helion GEMMs "
             "and aux kernels), gemm (Helion GEMMs only: HL_AUX_KERNELS=none, vLLM's norm/activation/"
-            "quant layers fused by Inductor)."
+            "quant layers fused by Inductor), fused (on with HL_AUX_FUSION=1: each aux norm / "
+            "silu_and_mul fused with the fp8 quant after it)."
         ),
     ] = "off,on",
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")] = 0.6,
@@ -442,7 +444,9 @@ def e2e(
     """Output tokens/s and per-token latency of a real vLLM engine (dummy weights from the model's
     config.json) with and without the plugin, at each concurrency; engine start-up time with cold
     and warm compile caches. `--plugins off,on,gemm` adds engines with Helion's GEMMs alone
-    (HL_AUX_KERNELS=none), to set the aux kernels' effect against Inductor's fused norm+quant.
+    (HL_AUX_KERNELS=none), to set the aux kernels' effect against Inductor's fused norm+quant;
+    `fused` (e.g. `--plugins off,on,gemm,fused`) engines with hlvllm's aux fusion pass
+    (HL_AUX_FUSION=1), one launch per norm (activation) + fp8 quant pair.
 
     Each engine runs in its own process (`python -m hltools.e2e worker`), max_num_seqs 32, prefix
     caching off, fixed input/output lengths, greedy. Writes `e2e-<model>-<format>.{json,csv,md}` and

@@ -12,7 +12,15 @@ round, the settings alternating, for ``rounds`` rounds:
 * ``gemm``: ``HL_LINEAR_BACKEND=helion`` with ``HL_AUX_KERNELS=none``: Helion GEMMs only, vLLM's own
   norm, activation and quant layers (which vLLM's torch.compile lets Inductor fuse). ``on`` next to
   ``gemm`` measures what the aux kernels add or cost end to end (they replace Inductor's fused
-  norm+quant with more, separate kernel launches per decode step).
+  norm+quant with more, separate kernel launches per decode step);
+* ``fused``: ``on`` plus ``HL_AUX_FUSION=1``: hlvllm's graph pass (:mod:`hlvllm.aux_fusion`) fuses
+  each aux norm / silu_and_mul with the per-token fp8 quant after it into one kernel launch, as
+  Inductor's fusion does for ``gemm``; ``fused`` next to ``on`` and ``gemm`` measures what the fusion
+  recovers. Only ``fused`` carries ``HL_AUX_FUSION`` (the other settings drop an inherited one).
+
+``gemm`` and ``fused`` are the *extra settings* (:data:`EXTRA_SETTINGS`, in that order): each adds
+summary keys and CSV columns ending in ``_<name>`` (after the ``off``/``on`` ones; empty without its
+runs) and, only where it ran, columns in the markdown and the terminal table and series in the PNG.
 
 Round 0 starts from empty compile caches
 (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HELION_CACHE_DIR`` and,
@@ -31,10 +39,10 @@ concurrency ``c``: ``c`` random prompts of ``input_len`` tokens (the same in eve
 ``output_len`` output tokens. Output tokens/s = ``c * output_len / median(t_full)``; per-token
 latency (TPOT) = ``(median(t_full) - median(t_one)) / (output_len - 1)``; TTFT ~ ``median(t_one)``.
 It also records the kernels vLLM chose per layer, greedy tokens of 4 short prompts (agreement
-between the runs) and, with the plugin (``on``, ``gemm``), which sizes were captured into CUDA graphs with Helion: rank
-0's under ``kernels`` / ``captured``, every tensor-parallel rank's under ``kernels_by_rank`` /
-``captured_by_rank`` (``llm.apply_model`` runs in each rank); :func:`summarize` counts the ranks where
-Helion was active.
+between the runs) and, with the plugin (``on``, ``gemm``, ``fused``), which sizes were captured
+into CUDA graphs with Helion: rank 0's under ``kernels`` / ``captured``, every tensor-parallel
+rank's under ``kernels_by_rank`` / ``captured_by_rank`` (``llm.apply_model`` runs in each rank);
+:func:`summarize` counts the ranks where Helion was active.
 
 Everything but :func:`worker_main` (and what it calls) runs without a GPU: the commands, the
 environments, the aggregation (:func:`summarize`) and the files are tested on the CPU.
@@ -59,13 +67,61 @@ from pathlib import Path
 from typing import Any
 
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
+
+
+@dataclass(frozen=True)
+class ExtraSetting:
+    """A plugin setting beyond ``off`` and ``on``: ``on`` (``HL_LINEAR_BACKEND=helion``) with ``env``
+    set on top. Its summary keys and CSV columns end in ``_<name>`` (``speedup_<name>``: tokens/s over
+    ``off``; start-up ``delta_<name>_cold_s``), and ``label`` heads its markdown / table columns.
+    ``exclusive``: the other settings remove ``env``'s variables (else they keep a user's value)."""
+
+    name: str
+    env: Mapping[str, str]
+    label: str
+    about: str  # what it runs, for the markdown legend
+    exclusive: bool = False
+
+    @property
+    def suffix(self) -> str:
+        return f"_{self.name}"
+
+    @property
+    def env_text(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.env.items())
+
+
+#: The extra settings, in column order: ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``),
+#: ``fused`` ``on`` with hlvllm's aux fusion pass (``HL_AUX_FUSION=1``).
+EXTRA_SETTINGS: dict[str, ExtraSetting] = {
+    s.name: s
+    for s in (
+        ExtraSetting(
+            "gemm",
+            {"HL_AUX_KERNELS": "none"},
+            "GEMM only",
+            "Helion GEMMs, `HL_AUX_KERNELS=none` (vLLM's norm/activation/quant layers, fused by Inductor)",
+        ),
+        ExtraSetting(
+            "fused",
+            {"HL_AUX_FUSION": "1"},
+            "fused aux",
+            "as hlvllm, with `HL_AUX_FUSION=1` (each aux norm / silu_and_mul fused with the fp8 quant "
+            "after it, one launch per pair)",
+            exclusive=True,
+        ),
+    )
+}
 #: Plugin settings (see the module docstring): ``off`` no plugin, ``on`` Helion GEMMs and aux
-#: kernels, ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``).
-PLUGINS = ("off", "on", "gemm")
+#: kernels, then :data:`EXTRA_SETTINGS`: ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``),
+#: ``fused`` ``on`` with ``HL_AUX_FUSION=1``.
+PLUGINS = ("off", "on", *EXTRA_SETTINGS)
 #: What runs when no settings are named (``--plugins off,on``).
 DEFAULT_PLUGINS = ("off", "on")
 #: The settings that load the plugin with ``HL_LINEAR_BACKEND=helion`` (Helion GEMMs active).
-HELION_PLUGINS = ("on", "gemm")
+HELION_PLUGINS = ("on", *EXTRA_SETTINGS)
+#: Variables only the setting that names them carries (``HL_AUX_FUSION``): the others remove them.
+EXCLUSIVE_ENV = tuple(k for s in EXTRA_SETTINGS.values() if s.exclusive for k in s.env)
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 MAX_NUM_SEQS = 32
 AGREEMENT_PROMPTS = 4
@@ -291,8 +347,8 @@ def worker_env(
     (and :data:`TP_ENV` ones for ``tensor_parallel_size > 1``), the compile-cache directories under
     ``cache`` (with ``kernel_cache``, hlcore's ``HL_KERNEL_CACHE_DIR`` too; without, that variable is
     removed), and the plugin switch (:func:`set_plugin`): ``on`` sets ``HL_LINEAR_BACKEND=helion``,
-    ``gemm`` that and ``HL_AUX_KERNELS=none``, ``off`` sets ``VLLM_PLUGINS=`` (vLLM loads no general
-    plugin) and drops ``HL_LINEAR_BACKEND``."""
+    ``gemm`` that and ``HL_AUX_KERNELS=none``, ``fused`` that and ``HL_AUX_FUSION=1``, ``off`` sets
+    ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops ``HL_LINEAR_BACKEND``."""
     env = dict(os.environ if base is None else base)
     default_env(env, tensor_parallel_size)
     for var, sub in CACHE_VARS.items():
@@ -307,20 +363,24 @@ def worker_env(
 
 def set_plugin(env: MutableMapping[str, str], plugin: str) -> None:
     """The plugin switch in ``env``: ``on`` -> ``HL_LINEAR_BACKEND=helion`` (and no empty
-    ``VLLM_PLUGINS``; a ``HL_AUX_KERNELS`` already set is kept); ``gemm`` -> the same and
-    ``HL_AUX_KERNELS=none`` (Helion GEMMs only); ``off`` -> ``VLLM_PLUGINS=`` and no
-    ``HL_LINEAR_BACKEND``."""
+    ``VLLM_PLUGINS``; a ``HL_AUX_KERNELS`` already set is kept); an extra setting
+    (:data:`EXTRA_SETTINGS`) -> the same and its variables: ``gemm`` ``HL_AUX_KERNELS=none`` (Helion
+    GEMMs only), ``fused`` ``HL_AUX_FUSION=1`` (a user's ``HL_AUX_KERNELS`` kept); ``off`` ->
+    ``VLLM_PLUGINS=`` and no ``HL_LINEAR_BACKEND``. Every setting but ``fused`` removes an inherited
+    ``HL_AUX_FUSION`` (:data:`EXCLUSIVE_ENV`)."""
+    if plugin not in PLUGINS:
+        raise ValueError(f"plugin must be one of {list(PLUGINS)}; got {plugin!r}")
+    for var in EXCLUSIVE_ENV:
+        env.pop(var, None)
     if plugin in HELION_PLUGINS:
         env["HL_LINEAR_BACKEND"] = "helion"
         if env.get("VLLM_PLUGINS") == "":
             del env["VLLM_PLUGINS"]
-        if plugin == "gemm":
-            env["HL_AUX_KERNELS"] = "none"
-    elif plugin == "off":
+        if plugin in EXTRA_SETTINGS:
+            env.update(EXTRA_SETTINGS[plugin].env)
+    else:  # off
         env["VLLM_PLUGINS"] = ""
         env.pop("HL_LINEAR_BACKEND", None)
-    else:
-        raise ValueError(f"plugin must be one of {list(PLUGINS)}; got {plugin!r}")
 
 
 def shell_line(cmd: Sequence[str], env: Mapping[str, str], base: Mapping[str, str] | None = None) -> str:
@@ -339,11 +399,12 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Per tensor-parallel rank of a plugin run (``on`` or ``gemm``): did it use a Helion linear kernel (a class name
-    ``Helion...`` in ``kernels_by_rank``) and capture sizes into CUDA graphs with Helion (a
-    ``helion`` route in ``captured_by_rank``)? ``{"ranks", "kernels", "captured", "active",
-    "inactive"}`` (counts; ``inactive``: rank -> what it lacks); older results without ``*_by_rank``
-    count rank 0 alone. None when the run holds no kernel record."""
+    """Per tensor-parallel rank of a plugin run (:data:`HELION_PLUGINS`: ``on``, ``gemm``, ``fused``):
+    did it use a Helion linear kernel (a class name ``Helion...`` in ``kernels_by_rank``) and capture
+    sizes into CUDA graphs with Helion (a ``helion`` route in ``captured_by_rank``)? ``{"ranks",
+    "kernels", "captured", "active", "inactive"}`` (counts; ``inactive``: rank -> what it lacks);
+    older results without ``*_by_rank`` count rank 0 alone. None when the run holds no kernel
+    record."""
     kernels = run.get("kernels_by_rank")
     if kernels is None:
         if "kernels" not in run:
@@ -374,12 +435,12 @@ def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregate worker results: per concurrency, each plugin setting's tokens/s, TPOT and TTFT
     (median over rounds; ``None`` for a setting without runs) and the ratios to ``off`` (``speedup``,
-    ``tpot_speedup``: ``on``; ``speedup_gemm``, ``tpot_speedup_gemm``: ``gemm``); start-up times (cold
-    = round 0, warm = median of later rounds) and their deltas to ``off`` (``delta_*``: ``on``;
-    ``delta_gemm_*``, with ``gemm`` runs only); greedy agreement of the plugin's runs with the
-    no-plugin run of round 0; the tensor-parallel size; per plugin run (``on``, ``gemm``), in how many
-    ranks Helion was active (:func:`helion_ranks`); the settings present (``plugins``, in
-    :data:`PLUGINS` order)."""
+    ``tpot_speedup``: ``on``; ``speedup_<name>``, ``tpot_speedup_<name>``: each extra setting,
+    ``gemm``, ``fused``); start-up times (cold = round 0, warm = median of later rounds) and their
+    deltas to ``off`` (``delta_*``: ``on``; ``delta_<name>_*``, with that setting's runs only); greedy
+    agreement of the plugin's runs with the no-plugin run of round 0; the tensor-parallel size; per
+    plugin run (``on``, ``gemm``, ``fused``), in how many ranks Helion was active
+    (:func:`helion_ranks`); the settings present (``plugins``, in :data:`PLUGINS` order)."""
     by: dict[str, list[Mapping[str, Any]]] = {}
     for r in runs:
         by.setdefault(r["plugin"], []).append(r)
@@ -393,7 +454,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             row[f"tpot_ms_{p}"] = _median([t["tpot_ms"] for t in pts])
             row[f"ttft_ms_{p}"] = _median([t["ttft_ms"] for t in pts])
         off, loff = row["tokens_per_s_off"], row["tpot_ms_off"]
-        for p, suffix in (("on", ""), ("gemm", "_gemm")):
+        for p, suffix in (("on", ""), *((x.name, x.suffix) for x in EXTRA_SETTINGS.values())):
             tps, lat = row[f"tokens_per_s_{p}"], row[f"tpot_ms_{p}"]
             row[f"speedup{suffix}"] = tps / off if tps and off else None
             row[f"tpot_speedup{suffix}"] = loff / lat if lat and loff else None
@@ -403,9 +464,9 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         cold = [r["startup_s"] for r in rs if r.get("round") == 0]
         warm = [r["startup_s"] for r in rs if r.get("round", 0) > 0]
         startup[p] = {"cold_s": cold[0] if cold else None, "warm_s": _median(warm)}
-    for p, prefix in (("on", "delta_"), ("gemm", "delta_gemm_")):
-        if p == "gemm" and p not in by:
-            continue  # older summaries (no gemm runs) keep their keys
+    for p, prefix in (("on", "delta_"), *((x.name, f"delta_{x.name}_") for x in EXTRA_SETTINGS.values())):
+        if p != "on" and p not in by:
+            continue  # summaries without this extra setting's runs keep the older keys
         for kind in ("cold_s", "warm_s"):
             a, b = startup.get(p, {}).get(kind), startup.get("off", {}).get(kind)
             startup[f"{prefix}{kind}"] = a - b if a is not None and b is not None else None
@@ -435,12 +496,22 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def has_gemm(summary: Mapping[str, Any]) -> bool:
-    """Whether a :func:`summarize` result holds ``gemm`` runs (Helion GEMMs only); summaries without
-    a ``plugins`` list (older files) are judged by their rows."""
+def has_setting(summary: Mapping[str, Any], name: str) -> bool:
+    """Whether a :func:`summarize` result holds runs of plugin setting ``name``; summaries without a
+    ``plugins`` list (older files) are judged by their rows."""
     if "plugins" in summary:
-        return "gemm" in summary["plugins"]
-    return any(r.get("tokens_per_s_gemm") is not None for r in summary.get("rows", []))
+        return name in summary["plugins"]
+    return any(r.get(f"tokens_per_s_{name}") is not None for r in summary.get("rows", []))
+
+
+def has_gemm(summary: Mapping[str, Any]) -> bool:
+    """Whether a :func:`summarize` result holds ``gemm`` runs (Helion GEMMs only)."""
+    return has_setting(summary, "gemm")
+
+
+def extra_settings(summary: Mapping[str, Any]) -> list[ExtraSetting]:
+    """The :data:`EXTRA_SETTINGS` with runs in ``summary`` (:func:`has_setting`), in column order."""
+    return [x for x in EXTRA_SETTINGS.values() if has_setting(summary, x.name)]
 
 
 SUMMARY_FIELDS = (
@@ -453,12 +524,13 @@ SUMMARY_FIELDS = (
     "tpot_speedup",
     "ttft_ms_off",
     "ttft_ms_on",
-    # ``gemm`` (Helion GEMMs only, HL_AUX_KERNELS=none); empty without gemm runs
-    "tokens_per_s_gemm",
-    "speedup_gemm",
-    "tpot_ms_gemm",
-    "tpot_speedup_gemm",
-    "ttft_ms_gemm",
+    # per extra setting (``gemm``: Helion GEMMs only, HL_AUX_KERNELS=none; then ``fused``:
+    # HL_AUX_FUSION=1), empty without its runs
+    *(
+        f"{key}_{x.name}"
+        for x in EXTRA_SETTINGS.values()
+        for key in ("tokens_per_s", "speedup", "tpot_ms", "tpot_speedup", "ttft_ms")
+    ),
 )
 
 
@@ -477,8 +549,9 @@ def write_e2e(
 
 
 def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
-    """The e2e summary as markdown (provenance, one row per concurrency, start-up times). With
-    ``gemm`` runs (:func:`has_gemm`), columns for them ("GEMM only") follow the ``off``/``on`` ones."""
+    """The e2e summary as markdown (provenance, one row per concurrency, start-up times). With runs
+    of an extra setting (:func:`extra_settings`: ``gemm``, ``fused``), columns for it (headed by its
+    label, "GEMM only", "fused aux") follow the ``off``/``on`` ones, and a legend says what each runs."""
 
     def f(v, spec):
         return "-" if v is None else format(v, spec)
@@ -495,17 +568,17 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
         ),
         "",
     ]
-    gemm = has_gemm(summary)
-    if gemm:
-        lines += [
-            "vLLM: no plugin · hlvllm: Helion GEMMs and aux kernels (RMSNorm, SiluAndMul, QuantFP8) · "
-            "GEMM only: Helion GEMMs, `HL_AUX_KERNELS=none` (vLLM's norm/activation/quant layers, fused "
-            "by Inductor). Speedups are tokens/s over vLLM's.",
-            "",
+    extras = extra_settings(summary)
+    if extras:
+        legend = [
+            "vLLM: no plugin",
+            "hlvllm: Helion GEMMs and aux kernels (RMSNorm, SiluAndMul, QuantFP8)",
+            *(f"{x.label}: {x.about}" for x in extras),
         ]
+        lines += [" · ".join(legend) + ". Speedups are tokens/s over vLLM's.", ""]
     head = "| concurrency | tok/s vLLM | tok/s hlvllm | speedup | TPOT ms vLLM | TPOT ms hlvllm | TTFT ms vLLM | TTFT ms hlvllm |"
-    if gemm:
-        head += " tok/s GEMM only | speedup GEMM only | TPOT ms GEMM only | TTFT ms GEMM only |"
+    for x in extras:
+        head += f" tok/s {x.label} | speedup {x.label} | TPOT ms {x.label} | TTFT ms {x.label} |"
     lines += [head, "|" + " --- |" * head.count(" | ") + " --- |"]
     for r in summary["rows"]:
         line = (
@@ -513,23 +586,24 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
             f"{f(r['speedup'], '.3f')} | {f(r['tpot_ms_off'], '.2f')} | {f(r['tpot_ms_on'], '.2f')} | "
             f"{f(r['ttft_ms_off'], '.1f')} | {f(r['ttft_ms_on'], '.1f')} |"
         )
-        if gemm:
+        for x in extras:
+            n = x.suffix
             line += (
-                f" {f(r.get('tokens_per_s_gemm'), '.0f')} | {f(r.get('speedup_gemm'), '.3f')} | "
-                f"{f(r.get('tpot_ms_gemm'), '.2f')} | {f(r.get('ttft_ms_gemm'), '.1f')} |"
+                f" {f(r.get('tokens_per_s' + n), '.0f')} | {f(r.get('speedup' + n), '.3f')} | "
+                f"{f(r.get('tpot_ms' + n), '.2f')} | {f(r.get('ttft_ms' + n), '.1f')} |"
             )
         lines.append(line)
     s = summary["startup"]
-    head = "| start-up | vLLM s | hlvllm s | delta s |" + (
-        " GEMM only s | delta GEMM only s |" if gemm else ""
+    head = "| start-up | vLLM s | hlvllm s | delta s |" + "".join(
+        f" {x.label} s | delta {x.label} s |" for x in extras
     )
-    lines += ["", head, "|" + " --- |" * (6 if gemm else 4)]
+    lines += ["", head, "|" + " --- |" * (4 + 2 * len(extras))]
     for kind, label in (("cold_s", "cold caches"), ("warm_s", "warm caches")):
         off, on = s.get("off", {}).get(kind), s.get("on", {}).get(kind)
         line = f"| {label} | {f(off, '.1f')} | {f(on, '.1f')} | {f(s.get('delta_' + kind), '+.1f')} |"
-        if gemm:
-            g = s.get("gemm", {}).get(kind)
-            line += f" {f(g, '.1f')} | {f(s.get('delta_gemm_' + kind), '+.1f')} |"
+        for x in extras:
+            g = s.get(x.name, {}).get(kind)
+            line += f" {f(g, '.1f')} | {f(s.get(f'delta_{x.name}_{kind}'), '+.1f')} |"
         lines.append(line)
     if summary.get("greedy_agreement"):
         agree = ", ".join(f"{k}: {v}" for k, v in summary["greedy_agreement"].items())
@@ -543,9 +617,9 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
 
 
 def helion_line(helion: Mapping[str, Mapping[str, Any]]) -> str:
-    """One sentence from ``summarize()["helion_ranks"]``: per plugin run (``on-r0``, ``gemm-r0``, ...),
-    in how many ranks Helion was active (a Helion linear kernel and sizes captured into CUDA graphs
-    with it), and what the other ranks lack."""
+    """One sentence from ``summarize()["helion_ranks"]``: per plugin run (``on-r0``, ``gemm-r0``,
+    ``fused-r0``, ...), in how many ranks Helion was active (a Helion linear kernel and sizes
+    captured into CUDA graphs with it), and what the other ranks lack."""
     parts = []
     for name, h in helion.items():
         part = f"{name}: Helion active in {h['active']}/{h['ranks']} ranks"
@@ -869,7 +943,7 @@ def worker_main(args: argparse.Namespace) -> int:
     throughput = measure_throughput(
         generate, lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c), options
     )
-    helion_on = args.plugin in HELION_PLUGINS  # on and gemm load the plugin with Helion GEMMs
+    helion_on = args.plugin in HELION_PLUGINS  # on, gemm and fused load the plugin with Helion GEMMs
     captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if helion_on else []
     captured = captured_by_rank[0] if captured_by_rank else {}
     # gemm (HL_AUX_KERNELS=none) records them too: it should show no aux op on Helion's path
@@ -896,7 +970,14 @@ def worker_main(args: argparse.Namespace) -> int:
         "options": asdict(options),
         "env": {
             k: os.environ.get(k)
-            for k in ("HL_LINEAR_BACKEND", "HL_AUX_KERNELS", "VLLM_PLUGINS", "VLLM_USE_DEEP_GEMM", *TP_ENV)
+            for k in (
+                "HL_LINEAR_BACKEND",
+                "HL_AUX_KERNELS",
+                "HL_AUX_FUSION",
+                "VLLM_PLUGINS",
+                "VLLM_USE_DEEP_GEMM",
+                *TP_ENV,
+            )
         },
     }
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
@@ -921,7 +1002,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--plugin",
         choices=PLUGINS,
         required=True,
-        help="off, on, or gemm (Helion GEMMs only, no aux kernels)",
+        help="off, on, gemm (Helion GEMMs only, no aux kernels) or fused (on with HL_AUX_FUSION=1)",
     )
     w.add_argument("--model-dir", required=True)
     w.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)))

@@ -4,7 +4,8 @@
   over vLLM's default kernel (baseline µs / Helion µs; > 1 = Helion faster): a box per (model,
   layer) over the num_tokens values, every point drawn (coloured by M), the geomean as a line.
 * :func:`plot_e2e`: output tokens/s with and without the plugin vs concurrency, and their ratio (a
-  second series for ``gemm`` runs, Helion GEMMs without the aux kernels, when there are any).
+  series more per extra setting with runs: ``gemm``, Helion GEMMs without the aux kernels;
+  ``fused``, the aux kernels fused with the fp8 quant, ``HL_AUX_FUSION=1``).
 
 Every plot carries GPU, versions and commit in its title. ``PlotsUnavailable`` is raised when
 matplotlib is not installed (the GPU machine runs without it: ``hltools bench report DIR`` redraws
@@ -19,6 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from hltools.bench import BenchResult, geomean, speedups
+
+#: Per extra e2e setting (:data:`hltools.e2e.EXTRA_SETTINGS`): tokens/s and ratio style (marker,
+#: colour), per-token latency ratio style. Settings not listed get matplotlib's next colours.
+E2E_STYLES = {
+    "gemm": ("D-", "darkorange", "v--", "olive"),
+    "fused": ("P-", "purple", "x--", "saddlebrown"),
+}
 
 
 class PlotsUnavailable(RuntimeError):
@@ -118,47 +126,55 @@ def plot_e2e(rows: Sequence[Mapping[str, Any]], path: Path, *, metadata: Mapping
     """Write one PNG: left, output tokens/s with and without the plugin vs concurrency (log2 axis);
     right, the plugin's speedup (tokens/s ratio) and per-token latency ratio. ``rows``:
     :func:`hltools.e2e.summarize`'s (keys ``concurrency``, ``tokens_per_s_on``, ``tokens_per_s_off``,
-    ``speedup``, ``tpot_ms_on``, ``tpot_ms_off``). Rows with ``gemm`` values (``tokens_per_s_gemm``,
-    ``speedup_gemm``, ``tpot_ms_gemm``: Helion GEMMs only, ``HL_AUX_KERNELS=none``) add a series for
-    them on both sides."""
+    ``speedup``, ``tpot_ms_on``, ``tpot_ms_off``). Rows with values of an extra setting
+    (:data:`hltools.e2e.EXTRA_SETTINGS`; ``tokens_per_s_<name>``, ``speedup_<name>``,
+    ``tpot_ms_<name>``: ``gemm``, Helion GEMMs only, ``HL_AUX_KERNELS=none``; ``fused``,
+    ``HL_AUX_FUSION=1``) add a series for it on both sides."""
+    from hltools.e2e import EXTRA_SETTINGS
+
     plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = sorted(rows, key=lambda r: r["concurrency"])
     c = [r["concurrency"] for r in rows]
-    gemm = any(r.get("tokens_per_s_gemm") is not None for r in rows)
+    extras = [
+        x for x in EXTRA_SETTINGS.values() if any(r.get(f"tokens_per_s{x.suffix}") is not None for r in rows)
+    ]
+    small = "small" if extras else None
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     series = [("tokens_per_s_off", "vLLM (no plugin)", "o-"), ("tokens_per_s_on", "hlvllm", "s-")]
-    if gemm:
-        series.append(("tokens_per_s_gemm", "hlvllm GEMM only (HL_AUX_KERNELS=none)", "D-"))
+    for x in extras:
+        style = E2E_STYLES.get(x.name, ("*-",))[0]
+        series.append((f"tokens_per_s{x.suffix}", f"hlvllm {x.label} ({x.env_text})", style))
     for key, label, style in series:
         left.plot(c, [_nan(r.get(key)) for r in rows], style, label=label)
     left.set_xscale("log", base=2)
     left.set_xticks(c, [str(x) for x in c])
     left.set_xlabel("concurrency (sequences decoded together)")
     left.set_ylabel("output tokens/s")
-    left.legend(fontsize="small" if gemm else None)
+    left.legend(fontsize=small)
     left.grid(alpha=0.3)
-    on_label = "tokens/s ratio (hlvllm / vLLM)" if gemm else "tokens/s ratio"
+    on_label = "tokens/s ratio (hlvllm / vLLM)" if extras else "tokens/s ratio"
     right.plot(c, [_nan(r.get("speedup")) for r in rows], "s-", color="crimson", label=on_label)
     lat = [_ratio(r.get("tpot_ms_off"), r.get("tpot_ms_on")) for r in rows]
     right.plot(c, lat, "^--", color="teal", label="per-token latency ratio (off / on)")
-    if gemm:
+    for x in extras:
+        style, color, lat_style, lat_color = E2E_STYLES.get(x.name, ("*-", None, "+--", None))
         right.plot(
             c,
-            [_nan(r.get("speedup_gemm")) for r in rows],
-            "D-",
-            color="darkorange",
-            label="tokens/s ratio (GEMM only / vLLM)",
+            [_nan(r.get(f"speedup{x.suffix}")) for r in rows],
+            style,
+            color=color,
+            label=f"tokens/s ratio ({x.label} / vLLM)",
         )
-        lat = [_ratio(r.get("tpot_ms_off"), r.get("tpot_ms_gemm")) for r in rows]
-        right.plot(c, lat, "v--", color="olive", label="per-token latency ratio (off / gemm)")
+        lat = [_ratio(r.get("tpot_ms_off"), r.get(f"tpot_ms{x.suffix}")) for r in rows]
+        right.plot(c, lat, lat_style, color=lat_color, label=f"per-token latency ratio (off / {x.name})")
     right.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     right.set_xscale("log", base=2)
     right.set_xticks(c, [str(x) for x in c])
     right.set_xlabel("concurrency")
     right.set_ylabel("plugin / no plugin (> 1 = plugin faster)")
-    right.legend(fontsize="small" if gemm else None)
+    right.legend(fontsize=small)
     right.grid(alpha=0.3)
     what = f"{metadata.get('model', '')} {metadata.get('format', '')}, {metadata.get('layers', '?')} layers"
     fig.suptitle(f"vLLM end to end: {what}\n{_wrap(provenance_line(metadata), 140)}", fontsize=8)
