@@ -6,7 +6,8 @@
 #       both ranks' kernels and captured sizes, greedy agreement, tokens/s at concurrency 1 and 8.
 #   G   (two-GPU kind) GPU 1: the GPU tests that failed or never ran (aux fp16 5120 after a302028,
 #       autotune, ops, kernel cache), then the compile-mode matrix (issue 7); GPU 0: full-depth
-#       Qwen3-8B FP8_Dynamic e2e, engines off / on / gemm (Helion GEMMs without the aux kernels).
+#       Qwen3-8B FP8_Dynamic e2e, engines off / on / gemm (Helion GEMMs without the aux kernels) /
+#       fused (HL_AUX_FUSION=1: aux norm/silu + fp8 quant in one launch), concurrency 1, 8, 32.
 #   E2  (two-GPU kind) GPU 0: warm start-up with hlcore's kernel cache (8-layer engines, 2 rounds;
 #       issue 7), then Qwen3-8B W8A8_INT8 full depth off / on / gemm; GPU 1: Qwen3-1.7B FP8_Dynamic
 #       full depth off / on / gemm (issue 6).
@@ -67,7 +68,10 @@ T)
     ;;
 G)
     ( export CUDA_VISIBLE_DEVICES=1; gpu_tests; compile_modes ) &
-    ( export CUDA_VISIBLE_DEVICES=0; e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm ) &
+    ( # GPU 0: ~115 s per full-depth engine, four engines
+        export CUDA_VISIBLE_DEVICES=0
+        e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm,fused --concurrency 1,8,32
+    ) &
     wait
     ;;
 E2)
@@ -93,7 +97,7 @@ K)
     wait
     ;;
 G1) gpu_tests; compile_modes ;;
-E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm ;;
+E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm,fused --concurrency 1,8,32 ;;
 E1B)
     e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8
     e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --plugins off,on,gemm
