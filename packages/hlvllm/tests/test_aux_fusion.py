@@ -152,3 +152,27 @@ def test_register_installs_the_pass_only_with_hl_aux_fusion(hl_env, monkeypatch)
     monkeypatch.setattr(plugin, "_registered", False)
     plugin.register()
     assert aux_fusion._installed and "aux_fusion=1" in compile_key()
+
+
+def test_a_failing_pass_warns_and_leaves_a_valid_graph(ops, monkeypatch, caplog):
+    import logging
+
+    from hlvllm import aux_fusion
+
+    def model(x, w):
+        return ops.per_token_fp8_quant(ops.rms_norm(x, w, 1e-6), None)
+
+    x, _, w, *_ = _inputs()
+    gm = make_fx(model, tracing_mode="fake")(x, w)
+    before = [n.format_node() for n in gm.graph.nodes]
+
+    def boom(target, args):
+        raise RuntimeError("no fake mode")
+
+    monkeypatch.setattr(aux_fusion, "_fake_result", boom)  # fails before the graph is changed
+    with caplog.at_level(logging.WARNING, logger="vllm.hlvllm"):
+        aux_fusion._pass_class()()(gm.graph)
+    assert [n.format_node() for n in gm.graph.nodes] == before  # untouched, still compilable
+    gm.graph.lint()
+    (msg,) = [r.getMessage() for r in caplog.records if "HL_AUX_FUSION pass failed" in r.getMessage()]
+    assert "RuntimeError: no fake mode" in msg

@@ -58,19 +58,20 @@ def _is_2d(a) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() == 2
 
 
-def _set_meta(node: fx.Node) -> None:
-    """``node.meta["val"]``: the op's fake result on its arguments' fake values (Inductor lowers the
-    graph from these). Skipped where the arguments carry none (graphs built without fake tensors)."""
-    args = [_val(a) for a in node.args]
-    if not any(isinstance(a, torch.Tensor) for a in args):
-        return
+def _fake_result(target, args):
+    """The op's fake result on its arguments' fake values (``node.meta["val"]``: Inductor lowers the
+    graph from these), or None where the arguments carry none (graphs built without fake tensors)."""
+    vals = [_val(a) for a in args]
+    tensors = [a for a in vals if isinstance(a, torch.Tensor)]
+    if not tensors:
+        return None
     from torch._guards import detect_fake_mode
 
-    mode = detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
+    mode = detect_fake_mode(tensors)
     if mode is None:
-        return
+        return None
     with mode:
-        node.meta["val"] = node.target(*args)
+        return target(*vals)
 
 
 def _before(a: fx.Node, b: fx.Node) -> bool:
@@ -137,9 +138,11 @@ def fuse_norm_quant(graph: fx.Graph) -> int:
             continue
         if not _is_2d(x) or (isinstance(scale_ub, fx.Node) and not _before(scale_ub, anchor)):
             continue
+        val = _fake_result(target, args)  # before any change: a failure here leaves the graph as it was
         with graph.inserting_after(anchor):
             new = graph.call_function(target, args)
-        _set_meta(new)
+        if val is not None:
+            new.meta["val"] = val
         with graph.inserting_after(new):
             q = graph.call_function(operator.getitem, (new, 0))
             scale = graph.call_function(operator.getitem, (new, 1))
@@ -174,7 +177,16 @@ def _pass_class():
         """vLLM post-grad pass running :func:`fuse_norm_quant`; its uuid hashes this module's source."""
 
         def __call__(self, graph: fx.Graph) -> None:
-            n = fuse_norm_quant(graph)
+            try:
+                n = fuse_norm_quant(graph)
+            except Exception as exc:  # noqa: BLE001 - a failed rewrite must not stop vLLM's compile
+                graph.lint()  # a graph left inconsistent cannot be compiled: then the error stands
+                logger.warning(
+                    "hlvllm: HL_AUX_FUSION pass failed (%s: %s); the pairs not yet fused stay as two ops",
+                    type(exc).__name__,
+                    str(exc)[:300],
+                )
+                return
             if n:
                 logger.debug("hlvllm: fused %d norm/activation + fp8 quant pairs", n)
 
