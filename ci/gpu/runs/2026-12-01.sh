@@ -8,9 +8,9 @@
 #       autotune, ops, kernel cache), then the compile-mode matrix (issue 7); GPU 0: full-depth
 #       Qwen3-8B FP8_Dynamic e2e, engines off / on / gemm (Helion GEMMs without the aux kernels) /
 #       fused (HL_AUX_FUSION=1: aux norm/silu + fp8 quant in one launch), concurrency 1, 8, 32.
-#   E2  (two-GPU kind) GPU 0: warm start-up with hlcore's kernel cache (8-layer engines, 2 rounds;
-#       issue 7), then Qwen3-8B W8A8_INT8 full depth off / on / gemm; GPU 1: Qwen3-1.7B FP8_Dynamic
-#       full depth off / on / gemm (issue 6).
+#   E2  (two-GPU kind) GPU 0: Qwen3-8B W8A8_INT8 full depth off / on / gemm / fused; GPU 1: warm
+#       start-up with hlcore's kernel cache (8-layer engines, 2 rounds; issue 7), then Qwen3-1.7B
+#       FP8_Dynamic full depth off / on / gemm (issue 6).
 #   K   (two-GPU kind) issue 4: kernel benchmarks of the shipped-model shapes with no key yet:
 #       GPU 0 Qwen3-32B TP=1 in all three formats; GPU 1 Block_FP8 of Qwen3-4B, Qwen3-14B and
 #       Llama-3.1-8B (then `hltools configs from-bench --only-new` folds them into the shipped file),
@@ -75,12 +75,15 @@ G)
     wait
     ;;
 E2)
-    ( # GPU 0: warm start-up (issue 7) on 8-layer engines, then Qwen3-8B W8A8_INT8 full depth
+    ( # GPU 0: Qwen3-8B W8A8_INT8 full depth, four engines (int8: the fused pass saves launches over vLLM)
         export CUDA_VISIBLE_DEVICES=0
-        e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8
-        e2e e2e-8b-int8 qwen3-8b w8a8_int8 1 --plugins off,on,gemm
+        e2e e2e-8b-int8 qwen3-8b w8a8_int8 1 --plugins off,on,gemm,fused --concurrency 1,8,32
     ) &
-    ( export CUDA_VISIBLE_DEVICES=1; e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --plugins off,on,gemm ) &
+    ( # GPU 1: warm start-up (issue 7) on 8-layer engines, then Qwen3-1.7B FP8_Dynamic full depth
+        export CUDA_VISIBLE_DEVICES=1
+        e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8
+        e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --plugins off,on,gemm --concurrency 1,8,32
+    ) &
     wait
     ;;
 K)

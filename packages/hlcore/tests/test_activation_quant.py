@@ -67,3 +67,23 @@ def test_zero_rows_scale_ub_and_bad_input():
         silu_and_mul_fp8_quant(x.unsqueeze(0))
     with pytest.raises(ValueError, match="scale_ub must be None or a one-element float32"):
         silu_and_mul_fp8_quant(x, torch.ones(1, dtype=torch.float64, device=DEVICE))
+
+
+@pytest.mark.parametrize(("d", "m", "dtype", "strided"), CASES, ids=IDS)
+def test_int8_variant_matches_fp64_math_and_the_unfused_references(d, m, dtype, strided):
+    from hlcore.activation_quant import silu_and_mul_int8_quant, silu_and_mul_int8_quant_ref
+    from hlcore.testing import assert_per_token_int8_close
+
+    x = generate_silu_and_mul_inputs(
+        m, d, dtype=dtype, row_stride=2 * d + 64 if strided else None, device=DEVICE, seed=d + m + 1
+    )
+    q, scale = silu_and_mul_int8_quant(x)
+    q_ref, _ = silu_and_mul_int8_quant_ref(x)
+    what = f"int8 d={d} M={m} {dtype}"
+    assert q.shape == (m, d)
+    assert_per_token_int8_close(q, scale, _silu64(x), 2 * RTOL[dtype] + 1e-6, what)
+    if FP8_EXACT or dtype != torch.bfloat16:
+        assert (q != q_ref).float().mean().item() <= 0.02, what
+        assert (q.int() - q_ref.int()).abs().max().item() <= 1, what
+    with pytest.raises(ValueError, match="silu_and_mul_int8_quant: x's last dim must be 2 d"):
+        silu_and_mul_int8_quant(x[:, :-1])

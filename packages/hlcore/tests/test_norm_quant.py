@@ -151,3 +151,42 @@ def test_bad_input_names_the_tensor(call, match):
     w = torch.ones(64, dtype=torch.bfloat16, device=DEVICE)
     with pytest.raises(ValueError, match=match):
         call(x, w)
+
+
+@pytest.mark.parametrize(("h", "m", "dtype", "strided", "with_residual"), CASES, ids=IDS)
+def test_int8_variants_match_fp64_math_and_the_unfused_references(h, m, dtype, strided, with_residual):
+    from hlcore.norm_quant import (
+        fused_add_rms_norm_int8_quant,
+        fused_add_rms_norm_int8_quant_ref,
+        rms_norm_int8_quant,
+        rms_norm_int8_quant_ref,
+    )
+    from hlcore.testing import assert_per_token_int8_close
+
+    d = _inputs(h, m, dtype, strided, seed=h + m + 1)
+    x, residual, weight = d["x"], d["residual"], d["weight"]
+    what = f"int8 H={h} M={m} {dtype}"
+    if with_residual:
+        q, scale, new_residual = fused_add_rms_norm_int8_quant(x, residual, weight, 1e-6)
+        q_ref, _, residual_ref = fused_add_rms_norm_int8_quant_ref(x, residual, weight, 1e-6)
+        torch.testing.assert_close(new_residual, residual_ref, rtol=0 if FP8_EXACT else 2.0**-7, atol=0)
+        y64 = _fp32_norm(x, weight, 1e-6, residual)
+    else:
+        q, scale = rms_norm_int8_quant(x, weight, 1e-6)
+        q_ref, _ = rms_norm_int8_quant_ref(x, weight, 1e-6)
+        y64 = _fp32_norm(x, weight, 1e-6)
+    assert q.shape == (m, h)
+    assert_per_token_int8_close(q, scale, y64, 2 * NORM_RTOL[dtype] + 1e-6, what)
+    if FP8_EXACT or dtype != torch.bfloat16:  # (Triton's interpreter truncates fp32 -> bf16)
+        assert (q != q_ref).float().mean().item() <= 0.02, what
+        assert (q.int() - q_ref.int()).abs().max().item() <= 1, what
+
+
+def test_int8_zero_row_and_saturation():
+    from hlcore.norm_quant import rms_norm_int8_quant
+
+    x = torch.randn((2, 128), generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).to(DEVICE)
+    x[0] = 0
+    q, scale = rms_norm_int8_quant(x, torch.ones(128, dtype=torch.bfloat16, device=DEVICE))
+    assert scale[0].item() == 0 and (q[0] == 0).all()
+    assert q[1].abs().max().item() == 127 and q.dtype == torch.int8

@@ -176,3 +176,32 @@ def test_a_failing_pass_warns_and_leaves_a_valid_graph(ops, monkeypatch, caplog)
     gm.graph.lint()
     (msg,) = [r.getMessage() for r in caplog.records if "HL_AUX_FUSION pass failed" in r.getMessage()]
     assert "RuntimeError: no fake mode" in msg
+
+
+def test_pass_fuses_int8_pairs(ops):
+    """W8A8_INT8 layers quantize with ``hlvllm.per_token_int8_quant``: the same three pairs fuse
+    into the ``*_int8_quant`` ops, with the unfused graph's results."""
+    from hlvllm.aux_fusion import fuse_norm_quant
+
+    def model(x, residual, w, w2, gate_up, ub):
+        out, res = ops.fused_add_rms_norm(x, residual, w, 1e-6)
+        q1, s1 = ops.per_token_int8_quant(out)
+        q2, s2 = ops.per_token_int8_quant(ops.rms_norm(res, w2, 1e-6))
+        q3, s3 = ops.per_token_int8_quant(ops.silu_and_mul(gate_up))
+        return q1, s1, q2, s2, q3, s3, res
+
+    inputs = _inputs()
+    gm = make_fx(model, tracing_mode="fake")(*inputs)
+    assert fuse_norm_quant(gm.graph) == 3
+    gm.graph.lint()
+    gm.recompile()
+    targets = _targets(gm)
+    assert {ops.fused_add_rms_norm_int8_quant.default, ops.rms_norm_int8_quant.default} <= set(targets)
+    assert ops.silu_and_mul_int8_quant.default in targets and ops.per_token_int8_quant.default not in targets
+    got, want = gm(*inputs), model(*inputs)
+    for i in (0, 2, 4):
+        assert got[i].dtype == torch.int8 and (got[i] != want[i]).float().mean().item() <= 0.02, i
+        assert (got[i].int() - want[i].int()).abs().max().item() <= 1, i
+    for i in (1, 3, 5):
+        torch.testing.assert_close(got[i], want[i], rtol=2.0**-6, atol=0)
+    torch.testing.assert_close(got[6], want[6], rtol=2.0**-7, atol=0)

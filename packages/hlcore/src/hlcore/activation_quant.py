@@ -1,4 +1,5 @@
-"""silu_and_mul fused with dynamic per-token fp8 quantization (Helion): one launch instead of two.
+"""silu_and_mul fused with dynamic per-token fp8 (or int8: :func:`silu_and_mul_int8_quant`)
+quantization (Helion): one launch instead of two.
 
     y[m, j]  = silu(x[m, j]) * x[m, d + j]            (rounded to x's dtype, as vLLM's SiluAndMul)
     scale[m] = max(min(amax(|y[m, :]|), scale_ub) / 448, 1 / (448 * 512))
@@ -26,7 +27,15 @@ import torch
 
 from hlcore.activation import DTYPES, silu_and_mul_ref
 from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
-from hlcore.quant import FP8_DTYPE, FP8_MAX, FP8_MIN_SCALE, per_token_fp8_quant_ref
+from hlcore.quant import (
+    FP8_DTYPE,
+    FP8_MAX,
+    FP8_MIN_SCALE,
+    INT8_MAX,
+    per_token_fp8_quant_ref,
+    per_token_int8_quant_ref,
+)
+from hlcore.quant_kernels import _RNE_MAGIC
 
 F32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -53,10 +62,33 @@ def _silu_and_mul_fp8_quant_body(
     return q, scale
 
 
+def _silu_and_mul_int8_quant_body(
+    x: torch.Tensor,  # [M, 2, d] view of the [M, 2 d] input, d contiguous
+) -> tuple[torch.Tensor, torch.Tensor]:
+    m = x.size(0)
+    d = hl.specialize(x.size(2))
+    q = torch.empty([m, d], dtype=torch.int8, device=x.device)
+    scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
+    for tile_m in hl.tile(m):
+        a = x[tile_m, 0, :].to(torch.float32)
+        b = x[tile_m, 1, :].to(torch.float32)
+        silu = (a * torch.sigmoid(a)).to(x.dtype)
+        y = torch.clamp((silu.to(torch.float32) * b).to(x.dtype).to(torch.float32), -F32_MAX, F32_MAX)
+        row_scale = torch.amax(torch.abs(y), dim=-1) / INT8_MAX
+        safe = torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))  # zero row: q = 0
+        v = torch.clamp(y / safe[:, None], -129.0, 128.0)  # round half to even (quant_kernels)
+        q[tile_m, :] = torch.clamp((v + _RNE_MAGIC) - _RNE_MAGIC, -128.0, 127.0).to(torch.int8)
+        scale[tile_m, 0] = row_scale
+    return q, scale
+
+
+_BODIES = {"fp8": _silu_and_mul_fp8_quant_body, "int8": _silu_and_mul_int8_quant_body}
+
+
 @functools.cache
-def _kernel_for(has_scale_ub: bool, config_json_text: str):
+def _kernel_for(kind: str, has_scale_ub: bool, config_json_text: str):
     del has_scale_ub  # part of the cache key only (Helion 1.5.0's key does not tell None from a tensor)
-    return aux_kernel(_silu_and_mul_fp8_quant_body, config_json_text)
+    return aux_kernel(_BODIES[kind], config_json_text)
 
 
 def silu_and_mul_fp8_quant_ref(
@@ -64,6 +96,11 @@ def silu_and_mul_fp8_quant_ref(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``per_token_fp8_quant_ref(silu_and_mul_ref(x), scale_ub)``: ``(q [M, d] e4m3, scale [M, 1] fp32)``."""
     return per_token_fp8_quant_ref(silu_and_mul_ref(x), scale_ub)
+
+
+def silu_and_mul_int8_quant_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_token_int8_quant_ref(silu_and_mul_ref(x))``: ``(q [M, d] int8, scale [M, 1] fp32)``."""
+    return per_token_int8_quant_ref(silu_and_mul_ref(x))
 
 
 def _describe(t: object) -> str:
@@ -119,5 +156,41 @@ def silu_and_mul_fp8_quant(
     x2 = x if x.stride(1) == 1 else x.contiguous()
     if config is None:
         config = pick_rms_norm_config(m, d)
-    kernel = _kernel_for(scale_ub is not None, config_json(config, "silu_and_mul_fp8_quant", d))
+    kernel = _kernel_for("fp8", scale_ub is not None, config_json(config, "silu_and_mul_fp8_quant", d))
     return kernel(x2.unflatten(1, (2, d)), scale_ub)
+
+
+def silu_and_mul_int8_quant(x: torch.Tensor, *, config: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``silu_and_mul`` then dynamic symmetric per-token int8 quantization of its output
+    (``scaled_int8_quant``: ``scale = amax / 127``, round half to even, saturating; a zero row gets
+    scale 0 and q 0), in one launch. Under vLLM's default -O2 the int8 quantization is an opaque CUDA
+    op after Inductor's silu_and_mul kernel: two launches there, one here.
+
+    Args:
+        x: ``[M, 2 d]`` bfloat16, float16 or float32 (d > 0); any row stride.
+        config: as :func:`silu_and_mul_fp8_quant`.
+
+    Returns:
+        ``(q [M, d] int8, scale [M, 1] float32)``; zero tokens: empty outputs, no launch.
+
+    Raises:
+        ValueError: as :func:`silu_and_mul_fp8_quant`.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in DTYPES:
+        raise ValueError(
+            f"silu_and_mul_int8_quant: x must be a [M, 2 d] tensor of dtype bfloat16, float16 or float32; "
+            f"got {_describe(x)}"
+        )
+    h = x.shape[1]
+    if h == 0 or h % 2:
+        raise ValueError(f"silu_and_mul_int8_quant: x's last dim must be 2 d with d > 0; got {_describe(x)}")
+    d, m = h // 2, x.shape[0]
+    if m == 0:
+        return torch.empty((0, d), dtype=torch.int8, device=x.device), torch.empty(
+            (0, 1), dtype=torch.float32, device=x.device
+        )
+    x2 = x if x.stride(1) == 1 else x.contiguous()
+    if config is None:
+        config = pick_rms_norm_config(m, d)
+    kernel = _kernel_for("int8", False, config_json(config, "silu_and_mul_int8_quant", d))
+    return kernel(x2.unflatten(1, (2, d)))

@@ -1,4 +1,5 @@
-"""RMS normalization fused with dynamic per-token fp8 quantization (Helion): one launch instead of two.
+"""RMS normalization fused with dynamic per-token fp8 (or int8) quantization (Helion): one launch
+instead of two.
 
     rms_norm_fp8_quant:           y = rms_norm(x, weight, eps)              (rounded to x's dtype)
     fused_add_rms_norm_fp8_quant: residual' = x + residual;  y = rms_norm(residual', weight, eps)
@@ -17,6 +18,11 @@ references in a row: :func:`rms_norm_fp8_quant_ref`, :func:`fused_add_rms_norm_f
 Why: at decode (a few tokens), every launch costs a few µs whatever its bytes; a norm and the fp8
 quantization of its output as two launches is one launch more than vLLM's fused path.
 
+The int8 variants (``rms_norm_int8_quant``, ``fused_add_rms_norm_int8_quant``) quantize the same
+rounded row as ``ops.scaled_int8_quant(symmetric=True)`` does (``scale = amax / 127``, round half to
+even, saturating; an all-zero row: scale 0, q 0): under vLLM's default -O2 that quantization is an
+opaque CUDA op, so vLLM runs the pair as two launches; fused, it is one.
+
 One token row per program (the whole hidden dim in registers, or a looped reduction above 16384,
 as :func:`hlcore.aux_configs.pick_rms_norm_config`); token count dynamic, hidden specialized;
 outputs allocated inside the kernel. Any row stride works (a hidden-strided input is copied first).
@@ -33,7 +39,15 @@ import torch
 
 from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
 from hlcore.norm import DTYPES, fused_add_rms_norm_ref, rms_norm_ref
-from hlcore.quant import FP8_DTYPE, FP8_MAX, FP8_MIN_SCALE, per_token_fp8_quant_ref
+from hlcore.quant import (
+    FP8_DTYPE,
+    FP8_MAX,
+    FP8_MIN_SCALE,
+    INT8_MAX,
+    per_token_fp8_quant_ref,
+    per_token_int8_quant_ref,
+)
+from hlcore.quant_kernels import _RNE_MAGIC
 
 F32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -95,9 +109,62 @@ def _fused_add_rms_norm_fp8_quant_body(
     return q, scale, new_residual
 
 
+def _rms_norm_int8_quant_body(
+    x: torch.Tensor,  # [M, H] bf16/fp16/fp32, H contiguous
+    weight: torch.Tensor,  # [H]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    m = x.size(0)
+    h = hl.specialize(x.size(1))
+    q = torch.empty([m, h], dtype=torch.int8, device=x.device)
+    scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
+    for tile_m in hl.tile(m):
+        row = x[tile_m, :].to(torch.float32)
+        variance = torch.mean(row * row, dim=-1)
+        normed = row / torch.sqrt(variance + eps)[:, None]
+        w = weight[None, :].to(torch.float32)
+        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        y = torch.clamp(y, -F32_MAX, F32_MAX)
+        row_scale = torch.amax(torch.abs(y), dim=-1) / INT8_MAX
+        safe = torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))  # zero row: q = 0
+        v = torch.clamp(y / safe[:, None], -129.0, 128.0)  # round half to even (quant_kernels)
+        q[tile_m, :] = torch.clamp((v + _RNE_MAGIC) - _RNE_MAGIC, -128.0, 127.0).to(torch.int8)
+        scale[tile_m, 0] = row_scale
+    return q, scale
+
+
+def _fused_add_rms_norm_int8_quant_body(
+    x: torch.Tensor,  # [M, H] bf16/fp16/fp32, H contiguous
+    residual: torch.Tensor,  # [M, H] x's dtype, H contiguous
+    weight: torch.Tensor,  # [H]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    m = x.size(0)
+    h = hl.specialize(x.size(1))
+    q = torch.empty([m, h], dtype=torch.int8, device=x.device)
+    scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
+    new_residual = torch.empty([m, h], dtype=x.dtype, device=x.device)
+    for tile_m in hl.tile(m):
+        total = x[tile_m, :].to(torch.float32) + residual[tile_m, :].to(torch.float32)
+        new_residual[tile_m, :] = total.to(new_residual.dtype)
+        variance = torch.mean(total * total, dim=-1)
+        normed = total / torch.sqrt(variance + eps)[:, None]
+        w = weight[None, :].to(torch.float32)
+        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        y = torch.clamp(y, -F32_MAX, F32_MAX)
+        row_scale = torch.amax(torch.abs(y), dim=-1) / INT8_MAX
+        safe = torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))
+        v = torch.clamp(y / safe[:, None], -129.0, 128.0)
+        q[tile_m, :] = torch.clamp((v + _RNE_MAGIC) - _RNE_MAGIC, -128.0, 127.0).to(torch.int8)
+        scale[tile_m, 0] = row_scale
+    return q, scale, new_residual
+
+
 _BODIES = {
     "rms_norm_fp8_quant": _rms_norm_fp8_quant_body,
     "fused_add_rms_norm_fp8_quant": _fused_add_rms_norm_fp8_quant_body,
+    "rms_norm_int8_quant": _rms_norm_int8_quant_body,
+    "fused_add_rms_norm_int8_quant": _fused_add_rms_norm_int8_quant_body,
 }
 
 
@@ -131,6 +198,22 @@ def fused_add_rms_norm_fp8_quant_ref(
     ``(q [M, H] e4m3, scale [M, 1] fp32, residual' [M, H] x's dtype)``. Does not mutate."""
     out, new_residual = fused_add_rms_norm_ref(x, residual, weight, eps)
     q, scale = per_token_fp8_quant_ref(out, scale_ub)
+    return q, scale, new_residual
+
+
+def rms_norm_int8_quant_ref(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_token_int8_quant_ref(rms_norm_ref(x, weight, eps))``: ``(q [M, H] int8, scale [M, 1] fp32)``."""
+    return per_token_int8_quant_ref(rms_norm_ref(x, weight, eps))
+
+
+def fused_add_rms_norm_int8_quant_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q, scale)`` of ``per_token_int8_quant_ref`` of the normalized ``x + residual``, and ``residual'``."""
+    out, new_residual = fused_add_rms_norm_ref(x, residual, weight, eps)
+    q, scale = per_token_int8_quant_ref(out)
     return q, scale, new_residual
 
 
@@ -274,3 +357,73 @@ def fused_add_rms_norm_fp8_quant(
         config_json(config, "fused_add_rms_norm_fp8_quant", h),
     )
     return kernel(x2, r2, weight.contiguous(), float(eps), scale_ub)
+
+
+def rms_norm_int8_quant(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, config: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``rms_norm`` then dynamic symmetric per-token int8 quantization of its output
+    (``scaled_int8_quant``: ``scale = amax / 127``, round half to even, saturating; a zero row gets
+    scale 0 and q 0), in one launch.
+
+    Args:
+        x: ``[M, H]`` bfloat16, float16 or float32; any row stride.
+        weight: ``[H]``; eps, config: as :func:`rms_norm_fp8_quant`.
+
+    Returns:
+        ``(q [M, H] int8, scale [M, 1] float32)``; zero tokens: empty outputs, no launch.
+
+    Raises:
+        ValueError: an argument is not as above.
+    """
+    h = _check("rms_norm_int8_quant", x, weight, eps, None)
+    x2 = _rows(x)
+    m = x2.shape[0]
+    if m == 0:
+        return torch.empty((0, h), dtype=torch.int8, device=x.device), torch.empty(
+            (0, 1), dtype=torch.float32, device=x.device
+        )
+    if config is None:
+        config = pick_rms_norm_config(m, h)
+    kernel = _kernel_for("rms_norm_int8_quant", False, False, config_json(config, "rms_norm_int8_quant", h))
+    return kernel(x2, weight.contiguous(), float(eps))
+
+
+def fused_add_rms_norm_int8_quant(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, config: Any = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM's ``fused_add_rms_norm`` then per-token int8 quantization (as :func:`rms_norm_int8_quant`)
+    of the normalized row, in one launch: returns ``(q [M, H] int8, scale [M, 1] fp32, residual' =
+    x + residual [M, H])``; residual is not modified.
+
+    Raises:
+        ValueError: an argument is not as in :func:`fused_add_rms_norm_fp8_quant`.
+    """
+    h = _check("fused_add_rms_norm_int8_quant", x, weight, eps, None)
+    if (
+        not isinstance(residual, torch.Tensor)
+        or residual.shape != x.shape
+        or residual.dtype != x.dtype
+        or residual.device != x.device
+    ):
+        raise ValueError(
+            f"fused_add_rms_norm_int8_quant: residual must match x ({_describe(x)}) in shape, dtype and "
+            f"device; got {_describe(residual)}"
+        )
+    x2, r2 = _rows(x), _rows(residual)
+    m = x2.shape[0]
+    if m == 0:
+        return (
+            torch.empty((0, h), dtype=torch.int8, device=x.device),
+            torch.empty((0, 1), dtype=torch.float32, device=x.device),
+            torch.empty((0, h), dtype=x.dtype, device=x.device),
+        )
+    if config is None:
+        config = pick_rms_norm_config(m, h)
+    kernel = _kernel_for(
+        "fused_add_rms_norm_int8_quant",
+        False,
+        m == 1,
+        config_json(config, "fused_add_rms_norm_int8_quant", h),
+    )
+    return kernel(x2, r2, weight.contiguous(), float(eps))

@@ -126,3 +126,23 @@ def assert_per_token_fp8_close(
 def fp8_bytes_differ(q: torch.Tensor, q_ref: torch.Tensor) -> float:
     """Fraction of fp8 elements whose bytes differ between ``q`` and ``q_ref``."""
     return (q.view(torch.uint8) != q_ref.view(torch.uint8)).float().mean().item()
+
+
+def assert_per_token_int8_close(
+    q: torch.Tensor, scale: torch.Tensor, y64: torch.Tensor, rtol: float, what: str
+) -> None:
+    """Check a symmetric per-token int8 quantization ``(q [M, N] int8, scale [M, 1] fp32)`` of a row
+    op whose exact (float64) output is ``y64``, the op's own output rounding being ``rtol``: each
+    scale within ``rtol`` of ``amax(|y64|) / 127`` (0 for a zero row), and ``q * scale`` within half
+    a step (rounding) plus ``rtol`` of ``y64``. Raises AssertionError naming ``what``."""
+    assert q.dtype == torch.int8 and scale.shape == (q.shape[0], 1) and scale.dtype == torch.float32, what
+    scale_ref = y64.abs().amax(dim=-1, keepdim=True) / 127.0
+    torch.testing.assert_close(
+        scale.double(), scale_ref, rtol=rtol, atol=0, msg=lambda m: f"{what}: scales: {m}"
+    )
+    deq = q.double() * scale.double()
+    bound = 0.5 * scale.double() * (1 + 1e-6) + 2 * rtol * y64.abs() + 1e-12
+    bad = (deq - y64).abs() > bound
+    assert not bad.any(), (
+        f"{what}: {bad.sum().item()} values off, worst {((deq - y64).abs() - bound).max():.3e}"
+    )

@@ -1,4 +1,5 @@
-"""Graph pass: a norm (or silu_and_mul) and the per-token fp8 quantization of its output become one op.
+"""Graph pass: a norm (or silu_and_mul) and the per-token fp8 / int8 quantization of its output become
+one op.
 
 Under vLLM's default ``-O2``, Inductor compiles ``RMSNorm`` / ``SiluAndMul`` and ``QuantFP8``'s
 native code and fuses each norm (silu_and_mul) with the fp8 quantization after it into one kernel.
@@ -11,9 +12,13 @@ pass, run in vLLM's post-grad pass manager, rewrites in the FX graph
     hlvllm.silu_and_mul(x)                              -> hlvllm.per_token_fp8_quant(., ub)
 
 into ``hlvllm.rms_norm_fp8_quant`` / ``fused_add_rms_norm_fp8_quant`` (whose third output replaces
-the residual ``[1]``) / ``silu_and_mul_fp8_quant`` when the norm's (activation's) output has no
-other user (no-op views in between are looked through) and its input is 2-D (vLLM's ``[num_tokens, hidden]`` hidden states). Same semantics:
-the fused ops compute the two ops in a row (:mod:`hlcore.norm_quant`, :mod:`hlcore.activation_quant`).
+the residual ``[1]``) / ``silu_and_mul_fp8_quant``, when the norm's (activation's) output has no
+other user (no-op views in between are looked through) and its input is 2-D (vLLM's
+``[num_tokens, hidden]`` hidden states). The same with ``hlvllm.per_token_int8_quant`` (W8A8_INT8
+layers, aux ``int8_quant``) gives the ``*_int8_quant`` ops; vLLM's default path has no such fusion
+for int8 (its int8 quantization is an opaque CUDA op), so there the pass saves a launch per pair
+over vLLM itself. Same semantics: the fused ops compute the two ops in a row
+(:mod:`hlcore.norm_quant`, :mod:`hlcore.activation_quant`).
 
 :func:`install` adds the pass to ``PostGradPassManager.configure`` (vLLM 0.26's
 ``vllm/compilation/passes/pass_manager.py``): the pass is part of the manager's ``uuid``, so vLLM's
@@ -35,13 +40,32 @@ logger = logging.getLogger("vllm.hlvllm")
 def _ops():
     ops = torch.ops.hlvllm
     return {
-        "quant": ops.per_token_fp8_quant.default,
         "rms_norm": ops.rms_norm.default,
         "fused_add_rms_norm": ops.fused_add_rms_norm.default,
         "silu_and_mul": ops.silu_and_mul.default,
-        "rms_norm_fp8_quant": ops.rms_norm_fp8_quant.default,
-        "fused_add_rms_norm_fp8_quant": ops.fused_add_rms_norm_fp8_quant.default,
-        "silu_and_mul_fp8_quant": ops.silu_and_mul_fp8_quant.default,
+    }
+
+
+def _quants():
+    """quant op -> (takes scale_ub, {producer kind: fused op})."""
+    ops = torch.ops.hlvllm
+    return {
+        ops.per_token_fp8_quant.default: (
+            True,
+            {
+                "rms_norm": ops.rms_norm_fp8_quant.default,
+                "fused_add_rms_norm": ops.fused_add_rms_norm_fp8_quant.default,
+                "silu_and_mul": ops.silu_and_mul_fp8_quant.default,
+            },
+        ),
+        ops.per_token_int8_quant.default: (
+            False,
+            {
+                "rms_norm": ops.rms_norm_int8_quant.default,
+                "fused_add_rms_norm": ops.fused_add_rms_norm_int8_quant.default,
+                "silu_and_mul": ops.silu_and_mul_int8_quant.default,
+            },
+        ),
     }
 
 
@@ -99,12 +123,14 @@ def _noop_view(node: fx.Node) -> bool:
 def fuse_norm_quant(graph: fx.Graph) -> int:
     """Rewrite every fusible (norm or silu_and_mul) -> per_token_fp8_quant pair of ``graph`` in
     place (see the module docstring); returns how many pairs were fused."""
-    ops = _ops()
+    ops, quants = _ops(), _quants()
     fused = 0
     for quant in list(graph.nodes):
-        if quant.op != "call_function" or quant.target is not ops["quant"]:
+        if quant.op != "call_function" or quant.target not in quants:
             continue
-        src, scale_ub = _arg(quant, 0, "x"), _arg(quant, 1, "scale_ub")
+        takes_ub, fused_ops = quants[quant.target]
+        src, scale_ub = _arg(quant, 0, "x"), (_arg(quant, 1, "scale_ub") if takes_ub else None)
+        ub = (scale_ub,) if takes_ub else ()
         views = []  # no-op views between the producer and the quant, quant side first
         while isinstance(src, fx.Node) and _noop_view(src):
             views.append(src)
@@ -117,10 +143,10 @@ def fuse_norm_quant(graph: fx.Graph) -> int:
         residual_out = None
         if src.target is ops["rms_norm"]:
             x, w, eps = src.args[:3]
-            target, args = ops["rms_norm_fp8_quant"], (x, w, eps, scale_ub)
+            target, args = fused_ops["rms_norm"], (x, w, eps, *ub)
         elif src.target is ops["silu_and_mul"]:
             (x,) = src.args[:1]
-            target, args = ops["silu_and_mul_fp8_quant"], (x, scale_ub)
+            target, args = fused_ops["silu_and_mul"], (x, *ub)
         elif (
             src.target is operator.getitem
             and src.args[1] == 0
@@ -132,7 +158,7 @@ def fuse_norm_quant(graph: fx.Graph) -> int:
             if set(norm.users) - set(outs.values()):
                 continue
             x, r, w, eps = norm.args[:4]
-            target, args = ops["fused_add_rms_norm_fp8_quant"], (x, r, w, eps, scale_ub)
+            target, args = fused_ops["fused_add_rms_norm"], (x, r, w, eps, *ub)
             anchor, residual_out = norm, outs.get(1)
         else:
             continue

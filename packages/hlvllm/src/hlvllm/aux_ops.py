@@ -24,6 +24,8 @@ torch.compile keeps it opaque (Helion kernels cannot be traced by Dynamo on torc
 ``silu_and_mul_fp8_quant(x [T, 2 d], scale_ub) -> (q [T, d], scale)``
     the norm (silu_and_mul) then ``per_token_fp8_quant`` of its output, in one Helion launch
     (:mod:`hlcore.norm_quant`, :mod:`hlcore.activation_quant`); the fallback runs vLLM's two ops.
+    ``rms_norm_int8_quant``, ``fused_add_rms_norm_int8_quant``, ``silu_and_mul_int8_quant``: the same
+    with ``per_token_int8_quant`` (no ``scale_ub``).
     Only :mod:`hlvllm.aux_fusion` puts them in a graph (``HL_AUX_FUSION=1``).
 
 Dispatch (:func:`route`, the GEMM's rule from :mod:`hlvllm.dispatch`): ``0 < T <= max_helion_size``
@@ -454,6 +456,83 @@ def silu_and_mul_fp8_quant_fake(x, scale_ub):
     return x2.new_empty((x2.shape[0], d), dtype=FP8), x2.new_empty((x2.shape[0], 1), dtype=torch.float32)
 
 
+def rms_norm_int8_quant(
+    x: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.numel() == 0:
+        return rms_norm_int8_quant_fake(x, weight, eps)
+    from hlcore import norm_quant
+
+    x2 = _rows2d(x)
+    return run(
+        "rms_norm_int8_quant",
+        x2.shape[0],
+        x2.shape[1],
+        lambda: norm_quant.rms_norm_int8_quant(x2, weight, eps),
+        lambda: _vllm_per_token_int8_quant(_vllm_rms_norm(x2, weight, eps)),
+        variant=x.dtype,
+    )
+
+
+def rms_norm_int8_quant_fake(x, weight, eps):
+    x2 = _rows2d(x)
+    return x2.new_empty(x2.shape, dtype=torch.int8), x2.new_empty((x2.shape[0], 1), dtype=torch.float32)
+
+
+def fused_add_rms_norm_int8_quant(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if x.numel() == 0:
+        return fused_add_rms_norm_int8_quant_fake(x, residual, weight, eps)
+    from hlcore import norm_quant
+
+    x2, r2 = _rows2d(x), _rows2d(residual)
+
+    def fallback():
+        out, new_residual = _vllm_fused_add_rms_norm(x2, r2, weight, eps)
+        q, scale = _vllm_per_token_int8_quant(out)
+        return q, scale, new_residual
+
+    q, scale, new_residual = run(
+        "fused_add_rms_norm_int8_quant",
+        x2.shape[0],
+        x2.shape[1],
+        lambda: norm_quant.fused_add_rms_norm_int8_quant(x2, r2, weight, eps),
+        fallback,
+        variant=x.dtype,
+    )
+    return q, scale, new_residual.view(x.shape)
+
+
+def fused_add_rms_norm_int8_quant_fake(x, residual, weight, eps):
+    q, scale = rms_norm_int8_quant_fake(x, weight, eps)
+    return q, scale, x.new_empty(x.shape)
+
+
+def silu_and_mul_int8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.numel() == 0:
+        return silu_and_mul_int8_quant_fake(x)
+    from hlcore import activation_quant
+
+    x2 = _rows2d(x)
+    return run(
+        "silu_and_mul_int8_quant",
+        x2.shape[0],
+        x2.shape[1] // 2,
+        lambda: activation_quant.silu_and_mul_int8_quant(x2),
+        lambda: _vllm_per_token_int8_quant(_vllm_silu_and_mul(x2)),
+        variant=x.dtype,
+    )
+
+
+def silu_and_mul_int8_quant_fake(x):
+    x2 = _rows2d(x)
+    d = x2.shape[1] // 2
+    return x2.new_empty((x2.shape[0], d), dtype=torch.int8), x2.new_empty(
+        (x2.shape[0], 1), dtype=torch.float32
+    )
+
+
 #: op name -> (implementation, fake implementation)
 AUX_OPS: dict[str, tuple[Callable, Callable]] = {
     "rms_norm": (rms_norm, rms_norm_fake),
@@ -465,6 +544,9 @@ AUX_OPS: dict[str, tuple[Callable, Callable]] = {
     "rms_norm_fp8_quant": (rms_norm_fp8_quant, rms_norm_fp8_quant_fake),
     "fused_add_rms_norm_fp8_quant": (fused_add_rms_norm_fp8_quant, fused_add_rms_norm_fp8_quant_fake),
     "silu_and_mul_fp8_quant": (silu_and_mul_fp8_quant, silu_and_mul_fp8_quant_fake),
+    "rms_norm_int8_quant": (rms_norm_int8_quant, rms_norm_int8_quant_fake),
+    "fused_add_rms_norm_int8_quant": (fused_add_rms_norm_int8_quant, fused_add_rms_norm_int8_quant_fake),
+    "silu_and_mul_int8_quant": (silu_and_mul_int8_quant, silu_and_mul_int8_quant_fake),
 }
 
 
