@@ -355,3 +355,55 @@ def test_layers_on_the_real_platform_resolve_to_hlvllm_and_capture_helion(aux, m
     _close_fraction(a, act_ref, torch.bfloat16, "SiluAndMul layer in a graph")
     q_ref, s_ref = vllm_ops.scaled_fp8_quant(a, None, use_per_token_if_dynamic=True)
     _quant_agrees(q, s, q_ref, s_ref, "QuantFP8 layer in a graph")
+
+
+FUSED_KINDS = ["rms_norm", "fused_add_rms_norm", "silu_and_mul"]
+
+
+@pytest.mark.parametrize("quant", ["fp8", "int8"])
+@pytest.mark.parametrize("kind", FUSED_KINDS)
+@pytest.mark.parametrize("h", [2048, 4096, 5120])
+def test_fused_quant_ops_match_the_unfused_ops_and_fp64_math(aux, kind, quant, h):
+    """``torch.ops.hlvllm.<kind>_<quant>_quant`` (HL_AUX_FUSION's ops) at 1, 3, 32 tokens (Helion) and
+    33 (vLLM's two ops): within one quantization step of the float64 math (hlcore.testing) and at
+    least 98 % equal to our two unfused ops in a row (the norm's fp32 sum runs in the same order in
+    both: a rare rounding may still flip), each value at most one step apart."""
+    from hlcore.testing import assert_per_token_fp8_close, assert_per_token_int8_close
+
+    ops = torch.ops.hlvllm
+    fused = getattr(ops, f"{kind}_{quant}_quant")
+    unfused_quant = ops.per_token_fp8_quant if quant == "fp8" else ops.per_token_int8_quant
+    for m in (1, 3, 32, 33):
+        x = _x(m, 2 * h if kind == "silu_and_mul" else h, torch.bfloat16, seed=m + h)
+        r = _x(m, h, torch.bfloat16, seed=m + h + 1)
+        w = (1 + 0.1 * torch.randn(h, device="cuda")).to(torch.bfloat16)
+        ub = (None,) if quant == "fp8" else ()
+        if kind == "rms_norm":
+            got = fused(x, w, 1e-6, *ub)
+            y = ops.rms_norm(x, w, 1e-6)
+            x64 = x.double()
+            y64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+        elif kind == "fused_add_rms_norm":
+            got = fused(x, r, w, 1e-6, *ub)
+            y, res = ops.fused_add_rms_norm(x, r, w, 1e-6)
+            torch.testing.assert_close(got[2], res, rtol=0, atol=0)
+            t64 = x.double() + r.double()
+            y64 = t64 * torch.rsqrt(t64.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+        else:
+            got = fused(x, *ub)
+            y = ops.silu_and_mul(x)
+            a, b = x[:, :h].double(), x[:, h:].double()
+            y64 = a * torch.sigmoid(a) * b
+        want = unfused_quant(y, *ub) if quant == "fp8" else unfused_quant(y)
+        what = f"{kind}_{quant}_quant H={h} M={m}"
+        if quant == "fp8":
+            assert_per_token_fp8_close(got[0], got[1], y64, 2 * RTOL[torch.bfloat16] + 1e-6, True, what)
+            qa, qb = got[0].float(), want[0].float()
+            steps = (
+                (qa - qb).abs() / torch.exp2(torch.floor(torch.log2(qb.abs().clamp(min=2.0**-6))) - 3)
+            ).max()
+        else:
+            assert_per_token_int8_close(got[0], got[1], y64, 2 * RTOL[torch.bfloat16] + 1e-6, what)
+            steps = (got[0].int() - want[0].int()).abs().max()
+        assert (got[0].view(torch.uint8) != want[0].view(torch.uint8)).float().mean().item() <= 0.02, what
+        assert steps.item() <= 1, what
