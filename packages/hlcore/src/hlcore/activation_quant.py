@@ -109,6 +109,42 @@ def _describe(t: object) -> str:
     return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
 
 
+def _launch(
+    kind: str, x: torch.Tensor, scale_ub: torch.Tensor | None, config: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the arguments (naming ``silu_and_mul_<kind>_quant`` in errors), then run that kernel on
+    ``[M, 2 d]`` rows; zero tokens: empty outputs, no launch."""
+    name = f"silu_and_mul_{kind}_quant"
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in DTYPES:
+        raise ValueError(
+            f"{name}: x must be a [M, 2 d] tensor of dtype bfloat16, float16 or float32; got {_describe(x)}"
+        )
+    h = x.shape[1]
+    if h == 0 or h % 2:
+        raise ValueError(f"{name}: x's last dim must be 2 d with d > 0; got {_describe(x)}")
+    if scale_ub is not None and (
+        not isinstance(scale_ub, torch.Tensor)
+        or scale_ub.numel() != 1
+        or scale_ub.dtype != torch.float32
+        or scale_ub.device != x.device
+    ):
+        raise ValueError(
+            f"{name}: scale_ub must be None or a one-element float32 tensor on {x.device}; got {_describe(scale_ub)}"
+        )
+    d, m = h // 2, x.shape[0]
+    q_dtype = FP8_DTYPE if kind == "fp8" else torch.int8
+    if m == 0:
+        return torch.empty((0, d), dtype=q_dtype, device=x.device), torch.empty(
+            (0, 1), dtype=torch.float32, device=x.device
+        )
+    x2 = x if x.stride(1) == 1 else x.contiguous()
+    if config is None:
+        config = pick_rms_norm_config(m, d)
+    kernel = _kernel_for(kind, scale_ub is not None, config_json(config, name, d))
+    ub = (scale_ub,) if kind == "fp8" else ()
+    return kernel(x2.unflatten(1, (2, d)), *ub)
+
+
 def silu_and_mul_fp8_quant(
     x: torch.Tensor, scale_ub: torch.Tensor | None = None, *, config: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,34 +166,7 @@ def silu_and_mul_fp8_quant(
 
     Deterministic.
     """
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in DTYPES:
-        raise ValueError(
-            f"silu_and_mul_fp8_quant: x must be a [M, 2 d] tensor of dtype bfloat16, float16 or float32; "
-            f"got {_describe(x)}"
-        )
-    h = x.shape[1]
-    if h == 0 or h % 2:
-        raise ValueError(f"silu_and_mul_fp8_quant: x's last dim must be 2 d with d > 0; got {_describe(x)}")
-    if scale_ub is not None and (
-        not isinstance(scale_ub, torch.Tensor)
-        or scale_ub.numel() != 1
-        or scale_ub.dtype != torch.float32
-        or scale_ub.device != x.device
-    ):
-        raise ValueError(
-            "silu_and_mul_fp8_quant: scale_ub must be None or a one-element float32 tensor on "
-            f"{x.device}; got {_describe(scale_ub)}"
-        )
-    d, m = h // 2, x.shape[0]
-    if m == 0:
-        return torch.empty((0, d), dtype=FP8_DTYPE, device=x.device), torch.empty(
-            (0, 1), dtype=torch.float32, device=x.device
-        )
-    x2 = x if x.stride(1) == 1 else x.contiguous()
-    if config is None:
-        config = pick_rms_norm_config(m, d)
-    kernel = _kernel_for("fp8", scale_ub is not None, config_json(config, "silu_and_mul_fp8_quant", d))
-    return kernel(x2.unflatten(1, (2, d)), scale_ub)
+    return _launch("fp8", x, scale_ub, config)
 
 
 def silu_and_mul_int8_quant(x: torch.Tensor, *, config: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,21 +185,4 @@ def silu_and_mul_int8_quant(x: torch.Tensor, *, config: Any = None) -> tuple[tor
     Raises:
         ValueError: as :func:`silu_and_mul_fp8_quant`.
     """
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in DTYPES:
-        raise ValueError(
-            f"silu_and_mul_int8_quant: x must be a [M, 2 d] tensor of dtype bfloat16, float16 or float32; "
-            f"got {_describe(x)}"
-        )
-    h = x.shape[1]
-    if h == 0 or h % 2:
-        raise ValueError(f"silu_and_mul_int8_quant: x's last dim must be 2 d with d > 0; got {_describe(x)}")
-    d, m = h // 2, x.shape[0]
-    if m == 0:
-        return torch.empty((0, d), dtype=torch.int8, device=x.device), torch.empty(
-            (0, 1), dtype=torch.float32, device=x.device
-        )
-    x2 = x if x.stride(1) == 1 else x.contiguous()
-    if config is None:
-        config = pick_rms_norm_config(m, d)
-    kernel = _kernel_for("int8", False, config_json(config, "silu_and_mul_int8_quant", d))
-    return kernel(x2.unflatten(1, (2, d)))
+    return _launch("int8", x, None, config)

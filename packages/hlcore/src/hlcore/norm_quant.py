@@ -37,8 +37,9 @@ from typing import Any
 import helion.language as hl
 import torch
 
+from hlcore import norm
 from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
-from hlcore.norm import DTYPES, fused_add_rms_norm_ref, rms_norm_ref
+from hlcore.norm import fused_add_rms_norm_ref, rms_norm_ref
 from hlcore.quant import (
     FP8_DTYPE,
     FP8_MAX,
@@ -220,31 +221,24 @@ def fused_add_rms_norm_int8_quant_ref(
 # --------------------------------------------------------------------------------------------
 # Host wrappers
 # --------------------------------------------------------------------------------------------
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
-
-
-def _check(who: str, x: torch.Tensor, weight: torch.Tensor, eps: float, scale_ub: torch.Tensor | None) -> int:
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in DTYPES or x.shape[-1] == 0:
+def _launch(
+    name: str,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    scale_ub: torch.Tensor | None,
+    config: Any,
+    q_dtype: torch.dtype,
+) -> tuple[torch.Tensor, ...]:
+    """Check the arguments (naming ``name`` in errors), then run kernel ``name`` on ``[M, H]`` rows:
+    ``(q, scale)`` or, with ``residual``, ``(q, scale, residual')``; zero tokens: empty, no launch."""
+    h = norm._check(name, x, weight, eps)
+    if x.dim() != 2 or weight is None:
         raise ValueError(
-            f"{who}: x must be a [M, H] tensor (H > 0) of dtype bfloat16, float16 or float32; got {_describe(x)}"
+            f"{name}: x must be a [M, H] tensor and weight a [H] tensor; got x {norm._describe(x)}, "
+            f"weight {norm._describe(weight)}"
         )
-    h = x.shape[1]
-    if (
-        not isinstance(weight, torch.Tensor)
-        or weight.dim() != 1
-        or weight.shape[0] != h
-        or weight.dtype not in DTYPES
-        or weight.device != x.device
-    ):
-        raise ValueError(
-            f"{who}: weight must be a 1-D [H] = [{h}] bfloat16/float16/float32 tensor on {x.device}; "
-            f"got {_describe(weight)}"
-        )
-    if not isinstance(eps, float | int) or not eps >= 0:
-        raise ValueError(f"{who}: eps must be a non-negative float; got {eps!r}")
     if scale_ub is not None and (
         not isinstance(scale_ub, torch.Tensor)
         or scale_ub.numel() != 1
@@ -252,13 +246,35 @@ def _check(who: str, x: torch.Tensor, weight: torch.Tensor, eps: float, scale_ub
         or scale_ub.device != x.device
     ):
         raise ValueError(
-            f"{who}: scale_ub must be None or a one-element float32 tensor on {x.device}; got {_describe(scale_ub)}"
+            f"{name}: scale_ub must be None or a one-element float32 tensor on {x.device}; "
+            f"got {norm._describe(scale_ub)}"
         )
-    return h
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(1) == 1 or t.shape[0] == 0 else t.contiguous()
+    if residual is not None and (
+        not isinstance(residual, torch.Tensor)
+        or residual.shape != x.shape
+        or residual.dtype != x.dtype
+        or residual.device != x.device
+    ):
+        raise ValueError(
+            f"{name}: residual must match x ({norm._describe(x)}) in shape, dtype and device; "
+            f"got {norm._describe(residual)}"
+        )
+    x2 = norm._rows(x, h)
+    m = x2.shape[0]
+    if m == 0:
+        empty = (
+            torch.empty((0, h), dtype=q_dtype, device=x.device),
+            torch.empty((0, 1), dtype=torch.float32, device=x.device),
+        )
+        return empty if residual is None else (*empty, torch.empty((0, h), dtype=x.dtype, device=x.device))
+    if config is None:
+        config = pick_rms_norm_config(m, h)
+    kernel = _kernel_for(
+        name, scale_ub is not None, residual is not None and m == 1, config_json(config, name, h)
+    )
+    rows = (x2,) if residual is None else (x2, norm._rows(residual, h))
+    ub = (scale_ub,) if q_dtype == FP8_DTYPE else ()
+    return kernel(*rows, weight.contiguous(), float(eps), *ub)
 
 
 def rms_norm_fp8_quant(
@@ -287,19 +303,7 @@ def rms_norm_fp8_quant(
 
     Deterministic (one program per row).
     """
-    h = _check("rms_norm_fp8_quant", x, weight, eps, scale_ub)
-    x2 = _rows(x)
-    m = x2.shape[0]
-    if m == 0:
-        return torch.empty((0, h), dtype=FP8_DTYPE, device=x.device), torch.empty(
-            (0, 1), dtype=torch.float32, device=x.device
-        )
-    if config is None:
-        config = pick_rms_norm_config(m, h)
-    kernel = _kernel_for(
-        "rms_norm_fp8_quant", scale_ub is not None, False, config_json(config, "rms_norm_fp8_quant", h)
-    )
-    return kernel(x2, weight.contiguous(), float(eps), scale_ub)
+    return _launch("rms_norm_fp8_quant", x, None, weight, eps, scale_ub, config, FP8_DTYPE)
 
 
 def fused_add_rms_norm_fp8_quant(
@@ -329,34 +333,7 @@ def fused_add_rms_norm_fp8_quant(
 
     Deterministic.
     """
-    h = _check("fused_add_rms_norm_fp8_quant", x, weight, eps, scale_ub)
-    if (
-        not isinstance(residual, torch.Tensor)
-        or residual.shape != x.shape
-        or residual.dtype != x.dtype
-        or residual.device != x.device
-    ):
-        raise ValueError(
-            f"fused_add_rms_norm_fp8_quant: residual must match x ({_describe(x)}) in shape, dtype and "
-            f"device; got {_describe(residual)}"
-        )
-    x2, r2 = _rows(x), _rows(residual)
-    m = x2.shape[0]
-    if m == 0:
-        return (
-            torch.empty((0, h), dtype=FP8_DTYPE, device=x.device),
-            torch.empty((0, 1), dtype=torch.float32, device=x.device),
-            torch.empty((0, h), dtype=x.dtype, device=x.device),
-        )
-    if config is None:
-        config = pick_rms_norm_config(m, h)
-    kernel = _kernel_for(
-        "fused_add_rms_norm_fp8_quant",
-        scale_ub is not None,
-        m == 1,
-        config_json(config, "fused_add_rms_norm_fp8_quant", h),
-    )
-    return kernel(x2, r2, weight.contiguous(), float(eps), scale_ub)
+    return _launch("fused_add_rms_norm_fp8_quant", x, residual, weight, eps, scale_ub, config, FP8_DTYPE)
 
 
 def rms_norm_int8_quant(
@@ -376,17 +353,7 @@ def rms_norm_int8_quant(
     Raises:
         ValueError: an argument is not as above.
     """
-    h = _check("rms_norm_int8_quant", x, weight, eps, None)
-    x2 = _rows(x)
-    m = x2.shape[0]
-    if m == 0:
-        return torch.empty((0, h), dtype=torch.int8, device=x.device), torch.empty(
-            (0, 1), dtype=torch.float32, device=x.device
-        )
-    if config is None:
-        config = pick_rms_norm_config(m, h)
-    kernel = _kernel_for("rms_norm_int8_quant", False, False, config_json(config, "rms_norm_int8_quant", h))
-    return kernel(x2, weight.contiguous(), float(eps))
+    return _launch("rms_norm_int8_quant", x, None, weight, eps, None, config, torch.int8)
 
 
 def fused_add_rms_norm_int8_quant(
@@ -399,31 +366,4 @@ def fused_add_rms_norm_int8_quant(
     Raises:
         ValueError: an argument is not as in :func:`fused_add_rms_norm_fp8_quant`.
     """
-    h = _check("fused_add_rms_norm_int8_quant", x, weight, eps, None)
-    if (
-        not isinstance(residual, torch.Tensor)
-        or residual.shape != x.shape
-        or residual.dtype != x.dtype
-        or residual.device != x.device
-    ):
-        raise ValueError(
-            f"fused_add_rms_norm_int8_quant: residual must match x ({_describe(x)}) in shape, dtype and "
-            f"device; got {_describe(residual)}"
-        )
-    x2, r2 = _rows(x), _rows(residual)
-    m = x2.shape[0]
-    if m == 0:
-        return (
-            torch.empty((0, h), dtype=torch.int8, device=x.device),
-            torch.empty((0, 1), dtype=torch.float32, device=x.device),
-            torch.empty((0, h), dtype=x.dtype, device=x.device),
-        )
-    if config is None:
-        config = pick_rms_norm_config(m, h)
-    kernel = _kernel_for(
-        "fused_add_rms_norm_int8_quant",
-        False,
-        m == 1,
-        config_json(config, "fused_add_rms_norm_int8_quant", h),
-    )
-    return kernel(x2, r2, weight.contiguous(), float(eps))
+    return _launch("fused_add_rms_norm_int8_quant", x, residual, weight, eps, None, config, torch.int8)
