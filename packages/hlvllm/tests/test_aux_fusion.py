@@ -205,3 +205,31 @@ def test_pass_fuses_int8_pairs(ops):
     for i in (1, 3, 5):
         torch.testing.assert_close(got[i], want[i], rtol=2.0**-6, atol=0)
     torch.testing.assert_close(got[6], want[6], rtol=2.0**-7, atol=0)
+
+
+@pytest.mark.skipif(
+    __import__("os").environ.get("HELION_INTERPRET") == "1", reason="one CPU mode is enough (~30 s compile)"
+)
+def test_pass_inside_inductor_fuses_and_keeps_the_result(ops):
+    """The pass as Inductor's post-grad custom pass (where vLLM's pass manager runs it) on a real
+    ``torch.compile`` of norm -> view -> quant: the compiled graph calls the fused op, and its results
+    equal the eager unfused run's."""
+    import torch._inductor.config as inductor_config
+
+    from hlvllm import aux_ops
+    from hlvllm.aux_fusion import _pass_class
+
+    def f(x, r, w):
+        out, res = ops.fused_add_rms_norm(x, r, w, 1e-6)
+        q, s = ops.per_token_fp8_quant(out.view(-1, out.shape[-1]), None)
+        return q.float() * s, res * 2
+
+    x, r, w, *_ = _inputs()
+    want = f(x, r, w)
+    aux_ops.reset()
+    with inductor_config.patch(post_grad_custom_post_pass=_pass_class()()):
+        got = torch.compile(f, fullgraph=True, dynamic=False)(x, r, w)
+    ran = {op for (op, _, _, _) in aux_ops.AUX_COUNTS}
+    assert ran == {"fused_add_rms_norm_fp8_quant"}, ran
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
