@@ -99,7 +99,11 @@ K)
     ) &
     wait
     ;;
-G1) gpu_tests; compile_modes ;;
+G1) # one GPU: the tests beside the 4-layer engines (fixed 2 GiB KV caches, 0.2 of memory each)
+    gpu_tests &
+    compile_modes &
+    wait
+    ;;
 E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm,fused --concurrency 1,8,32 ;;
 E1B)
     e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8
