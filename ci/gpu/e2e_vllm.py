@@ -314,7 +314,7 @@ def compare(args) -> int:
     return 0 if ok else 1
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
@@ -337,6 +337,9 @@ def main() -> int:
     )
     r.add_argument("--aux-kernels", default=None, help="HL_AUX_KERNELS for this run (e.g. none)")
     r.add_argument(
+        "--aux-fusion", action="store_true", help="HL_AUX_FUSION=1: fused norm/silu + quant Helion ops"
+    )
+    r.add_argument(
         "--compile", choices=sorted(COMPILE_MODES), default="O2", help="vLLM compile / CUDA-graph mode"
     )
     c = sub.add_parser("compare")
@@ -347,7 +350,11 @@ def main() -> int:
         help="a plugin-off run with another vLLM FP8 kernel: the noise between two correct kernels",
     )
     c.add_argument("--repeat", nargs="*", default=[], help="more runs (any kind) whose tokens/s to list")
-    args = p.parse_args()
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
     return run(args) if args.cmd == "run" else compare(args)
 
 
