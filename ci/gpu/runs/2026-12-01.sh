@@ -15,7 +15,7 @@
 #       GPU 0 Qwen3-32B TP=1 in all three formats; GPU 1 Block_FP8 of Qwen3-4B, Qwen3-14B and
 #       Llama-3.1-8B (then `hltools configs from-bench --only-new` folds them into the shipped file),
 #       then ci/gpu/bench_aux_fusion.py (issue 5 / e2e question: our aux pairs vs Inductor's fusion).
-#   G1, E1, E1B  the same work on the one-GPU kind, one lane each (G1 = tests + compile modes,
+#   G1, E1, E1B  (G1R: G1's rest) the same work on the one-GPU kind, one lane each (G1 = tests + compile modes,
 #       E1 = 8B fp8, E1B = warm start-up + 1.7B fp8).
 # Each phase writes under $RES/<phase> (outside $OUT: only a few files come back per call) and
 # packs it into $OUT/<phase>.tgz at the end. Usage there (after the bundle's env.sh and
@@ -101,6 +101,12 @@ K)
     ;;
 G1) # one GPU: the tests beside the 4-layer engines (fixed 2 GiB KV caches, 0.2 of memory each)
     gpu_tests &
+    compile_modes &
+    wait
+    ;;
+G1R) # after G1 of 2026-12-01 04:12 (engines failed on a missing option, tests hit their limit): the rest
+    run gpu-tests-rest 330 python3 -m nox -s gpu_tests -- packages/hltools/tests/gpu/test_autotune_gpu.py \
+        packages/hlvllm/tests/gpu/test_ops_gpu.py -v -rfE &
     compile_modes &
     wait
     ;;
