@@ -110,6 +110,13 @@ G1R) # after G1 of 2026-12-01 04:12 (engines failed on a missing option, tests h
     compile_modes &
     wait
     ;;
+C) # controls for G1R and E1: a plugin-off engine with vLLM's CUDA custom ops (the aux-op noise floor
+    # of the compile-mode compare), then the aux pairs at Qwen3-8B sizes (why fused was slow in E1)
+    mkdir -p "$O/modes"
+    run mode-off-custom-ops-all 150 python3 ci/gpu/e2e_vllm.py run --plugin off --compile custom-ops-all \
+        --layers 4 --kv-cache-gib 2 --gpu-memory-utilization 0.2 --out "$O/modes/off-custom-ops-all.json"
+    run aux-fusion 150 env OUT="$O" python3 ci/gpu/bench_aux_fusion.py --quick --budget-s 110
+    ;;
 E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm,fused --concurrency 1,8,32 ;;
 E1B)
     e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8
