@@ -240,6 +240,22 @@ def run(args) -> int:
 LOGPROB_TOL = 0.25
 
 
+def logprob_diff(a: dict, b: dict, batch: str) -> tuple[int, float, int]:
+    """(prompts with identical greedy tokens, max |d logprob| over the shared top-5 tokens of the
+    steps whose earlier tokens agree, number of such steps) of two runs at one batch size."""
+    same_tokens, max_diff, compared = 0, 0.0, 0
+    for x, y in zip(a["logprobs"][batch], b["logprobs"][batch], strict=True):
+        same_tokens += x["tokens"] == y["tokens"]
+        for j, (la, lb) in enumerate(zip(x["logprobs"], y["logprobs"], strict=False)):
+            if x["tokens"][:j] != y["tokens"][:j]:  # step j is comparable while the tokens agree
+                break
+            shared = set(la) & set(lb)
+            compared += 1
+            if shared:
+                max_diff = max(max_diff, max(abs(la[t] - lb[t]) for t in shared))
+    return same_tokens, max_diff, compared
+
+
 def compare(args) -> int:
     on, off = (json.loads(Path(p).read_text()) for p in (args.on, args.off))
     ok = True
@@ -268,39 +284,31 @@ def compare(args) -> int:
             fused = [op for op in aux_ops if op.endswith("_fp8_quant") and op != "per_token_fp8_quant"]
             print(f"fused aux ops (HL_AUX_FUSION=1): {fused}")
             ok &= bool(fused)
+    ctrl = json.loads(Path(args.control).read_text()) if args.control else None
     for batch in ("4", "64"):
-        same_tokens, max_diff, compared = 0, 0.0, 0
-        for a, b in zip(on["logprobs"][batch], off["logprobs"][batch], strict=True):
-            same_tokens += a["tokens"] == b["tokens"]
-            # step j's distribution is comparable while the tokens before it agree
-            for j, (la, lb) in enumerate(zip(a["logprobs"], b["logprobs"], strict=False)):
-                if a["tokens"][:j] != b["tokens"][:j]:
-                    break
-                shared = set(la) & set(lb)
-                compared += 1
-                if shared:
-                    max_diff = max(max_diff, max(abs(la[t] - lb[t]) for t in shared))
+        same_tokens, max_diff, compared = logprob_diff(on, off, batch)
         n = len(on["logprobs"][batch])
         print(
             f"batch {batch:>2}: identical greedy tokens {same_tokens}/{n}; max |d logprob| over shared top-5 "
             f"in {compared} comparable steps: {max_diff:.4f}"
         )
-        ok &= max_diff < LOGPROB_TOL
-    if args.control:
-        ctrl = json.loads(Path(args.control).read_text())
-        for batch in ("4",):
-            diff = 0.0
-            for a, b in zip(ctrl["logprobs"][batch], off["logprobs"][batch], strict=True):
-                for j, (la, lb) in enumerate(zip(a["logprobs"], b["logprobs"], strict=False)):
-                    if a["tokens"][:j] != b["tokens"][:j]:
-                        break
-                    shared = set(la) & set(lb)
-                    if shared:
-                        diff = max(diff, max(abs(la[t] - lb[t]) for t in shared))
-            kinds = sorted(set(ctrl["kernels"].values()))
-            print(
-                f"control {kinds} vs {sorted(set(off['kernels'].values()))}, batch {batch}: max |d logprob| {diff:.4f}"
-            )
+        if ctrl is None:
+            ok &= max_diff < LOGPROB_TOL
+            continue
+        # The control is another correct vLLM configuration (another kernel, or vLLM's CUDA custom
+        # ops instead of Inductor's native code): its distance from the plugin-off run is the noise
+        # of this flat random model. The plugin run passes when it is as close to one of the two
+        # vLLM runs as they are to each other (or within LOGPROB_TOL).
+        noise = logprob_diff(ctrl, off, batch)[1]
+        to_ctrl = logprob_diff(on, ctrl, batch)[1]
+        tol = max(LOGPROB_TOL, noise)
+        passed = min(max_diff, to_ctrl) <= tol
+        kinds = sorted(set(ctrl["kernels"].values()))
+        print(
+            f"batch {batch:>2}: control ({kinds}, compile {ctrl.get('compile', 'O2')}) vs vLLM: {noise:.4f}; "
+            f"plugin vs control: {to_ctrl:.4f}; tolerance {tol:.4f}: {'ok' if passed else 'FAILED'}"
+        )
+        ok &= passed
     for extra in args.repeat:
         r = json.loads(Path(extra).read_text())
         tps = ", ".join(f"batch {b}: {v['tokens_per_s']:.1f} tok/s" for b, v in r["throughput"].items())
