@@ -6,7 +6,7 @@
 | ``HL_MAX_HELION_SIZE`` | ``32`` | largest num_tokens routed to Helion (``max_helion_size``); larger batches use vLLM's kernel |
 | ``HL_HELION_EAGER`` | ``0`` | ``1``: also use Helion outside CUDA-graph capture (tests, benchmarks; slow on the host) |
 | ``HL_DISPATCH_LOG`` | ``0`` | ``1``: log the first dispatch of every (path, M, N, K) |
-| ``HL_AUX_KERNELS`` | ``all`` | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below) |
+| ``HL_AUX_KERNELS`` | ``none`` (``all`` with ``HL_AUX_FUSION=1``) | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below); off by default: end to end they cost 7-9 % tokens/s on the H200 (docs/aux-kernels.md) |
 | ``HL_DETERMINISTIC`` | ``0`` | ``1``: Helion GEMMs run with ``split_k = 1`` (no atomics): bitwise repeatable results |
 | ``HL_AUX_FUSION`` | ``0`` | ``1``: a graph pass fuses each aux norm / silu_and_mul with the per-token fp8 quant after it (one launch) |
 | ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config (one warning), ``vllm`` runs vLLM's kernel |
@@ -34,7 +34,7 @@ class Settings:
     max_helion_size: int
     helion_eager: bool
     dispatch_log: bool
-    aux_kernels: frozenset[str] = frozenset(AUX_KERNEL_NAMES)
+    aux_kernels: frozenset[str] = frozenset()
     deterministic: bool = False
     untuned_shapes: str = "nearest"
     aux_fusion: bool = False
@@ -53,9 +53,17 @@ def _int_env(name: str, default: int) -> int:
     return value
 
 
-def _aux_env() -> frozenset[str]:
+def _aux_env(aux_fusion: bool) -> frozenset[str]:
+    """``HL_AUX_KERNELS``; unset: none, or all with ``HL_AUX_FUSION=1`` (the pass fuses those layers).
+
+    Off by default since the H200 run of 2026-12-01 (Qwen3-8B FP8_Dynamic, 36 layers, -O2): with the
+    aux kernels on, 236 / 1684 / 5821 tokens/s at concurrency 1 / 8 / 32 against 258 / 1825 / 6406
+    with Helion GEMMs only, and twice the time to first token (opaque ops where Inductor fuses
+    vLLM's native norm, activation and quantization code)."""
     raw = os.environ.get("HL_AUX_KERNELS", "").strip().lower()
-    if raw in {"", "all"} | _TRUE:
+    if not raw:
+        return frozenset(AUX_KERNEL_NAMES) if aux_fusion else frozenset()
+    if raw in {"all"} | _TRUE:
         return frozenset(AUX_KERNEL_NAMES)
     if raw in _FALSE:
         return frozenset()
@@ -78,13 +86,14 @@ def _untuned_env() -> str:
 @functools.cache
 def get_settings() -> Settings:
     """The settings of this process (cached; tests call ``get_settings.cache_clear()``)."""
+    aux_fusion = os.environ.get("HL_AUX_FUSION", "").strip().lower() in _TRUE
     return Settings(
         enabled=os.environ.get("HL_LINEAR_BACKEND", "").strip().lower() == "helion",
         max_helion_size=_int_env("HL_MAX_HELION_SIZE", 32),
         helion_eager=os.environ.get("HL_HELION_EAGER", "").strip().lower() in _TRUE,
         dispatch_log=os.environ.get("HL_DISPATCH_LOG", "").strip().lower() in _TRUE,
-        aux_kernels=_aux_env(),
+        aux_kernels=_aux_env(aux_fusion),
         deterministic=os.environ.get("HL_DETERMINISTIC", "").strip().lower() in _TRUE,
         untuned_shapes=_untuned_env(),
-        aux_fusion=os.environ.get("HL_AUX_FUSION", "").strip().lower() in _TRUE,
+        aux_fusion=aux_fusion,
     )
