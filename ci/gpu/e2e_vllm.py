@@ -121,6 +121,9 @@ def run(args) -> int:
         os.environ["HL_AUX_KERNELS"] = args.aux_kernels
     if args.aux_fusion:
         os.environ["HL_AUX_FUSION"] = "1"
+        # what hlvllm infers from HL_AUX_FUSION=1 alone, explicit (HL_AUX_KERNELS defaults to none)
+        if args.aux_kernels is None:
+            os.environ.setdefault("HL_AUX_KERNELS", "all")
     if args.disable_kernels:  # e.g. CutlassFP8ScaledMMLinearKernel: a control with another vLLM kernel
         os.environ["VLLM_DISABLED_KERNELS"] = args.disable_kernels
     import torch

@@ -7,8 +7,10 @@ import torch
 @pytest.fixture
 def hl_env(monkeypatch):
     """Enable the backend for one test and restore vLLM's FP8, INT8 and block-FP8 kernel lists, its
-    out-of-tree op table (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8), its hashed env
-    factors (``register()`` adds hlvllm's compile-cache entry) and hlvllm's state after."""
+    out-of-tree op table (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8 when the aux kernels
+    are on), its hashed env factors (``register()`` adds hlvllm's compile-cache entry) and hlvllm's
+    state after. ``HL_AUX_KERNELS`` and ``HL_AUX_FUSION`` start unset (the defaults: no aux kernels);
+    a test that needs the aux layers sets ``HL_AUX_KERNELS=all``."""
     from vllm import envs
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.kernels import linear as vllm_linear
@@ -28,6 +30,8 @@ def hl_env(monkeypatch):
     saved_oot = dict(op_registry_oot)
     saved_factor = envs.environment_variables.pop(COMPILE_FACTOR, None)
     monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
+    monkeypatch.delenv("HL_AUX_KERNELS", raising=False)
+    monkeypatch.delenv("HL_AUX_FUSION", raising=False)
     monkeypatch.setattr(plugin, "_registered", False)
     get_settings.cache_clear()
     dispatch.reset()

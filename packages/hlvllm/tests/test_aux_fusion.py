@@ -141,17 +141,20 @@ def test_register_installs_the_pass_only_with_hl_aux_fusion(hl_env, monkeypatch)
 
     from hlvllm import aux_fusion, plugin
     from hlvllm.compile_cache import compile_key
-    from hlvllm.settings import get_settings
+    from hlvllm.settings import AUX_KERNEL_NAMES, get_settings
 
     monkeypatch.setattr(PostGradPassManager, "configure", PostGradPassManager.configure)
     monkeypatch.setattr(aux_fusion, "_installed", False)
     plugin.register()
-    assert not aux_fusion._installed and "aux_fusion=0" in compile_key()
+    assert not aux_fusion._installed and "aux=none " in compile_key() and "aux_fusion=0" in compile_key()
     hl_env.setenv("HL_AUX_FUSION", "1")
     get_settings.cache_clear()
     monkeypatch.setattr(plugin, "_registered", False)
     plugin.register()
     assert aux_fusion._installed and "aux_fusion=1" in compile_key()
+    # HL_AUX_KERNELS unset: the pass brings the aux kernels it fuses (all of them)
+    assert get_settings().aux_kernels == frozenset(AUX_KERNEL_NAMES)
+    assert f"aux={','.join(sorted(AUX_KERNEL_NAMES))} " in compile_key()
 
 
 def test_a_failing_pass_warns_and_leaves_a_valid_graph(ops, monkeypatch, caplog):

@@ -27,10 +27,14 @@ def stub_c_silu(hl_env):
 
 @pytest.fixture
 def aux(cuda_like, graphs_on_config, stub_c_silu):
-    """Backend on, a faked SM90 CUDA platform, CUDA graphs on (capture sizes <= 64), plugin registered."""
+    """Backend on with ``HL_AUX_KERNELS=all``, a faked SM90 CUDA platform, CUDA graphs on (capture
+    sizes <= 64), plugin registered."""
     from hlvllm import aux_ops
     from hlvllm.plugin import register
+    from hlvllm.settings import get_settings
 
+    cuda_like.setenv("HL_AUX_KERNELS", "all")
+    get_settings.cache_clear()
     register()
     return aux_ops
 
@@ -44,6 +48,14 @@ def _vllm_classes():
     return RMSNorm, SiluAndMul, QuantFP8, GroupShape
 
 
+def _aux_on(hl_env):
+    """``HL_AUX_KERNELS=all`` (unset, the default, replaces none of vLLM's classes)."""
+    from hlvllm.settings import get_settings
+
+    hl_env.setenv("HL_AUX_KERNELS", "all")
+    get_settings.cache_clear()
+
+
 # ------------------------------------------------------------------------------------------------
 # Registration
 # ------------------------------------------------------------------------------------------------
@@ -53,6 +65,7 @@ def test_register_replaces_the_three_classes_idempotently(hl_env):
     import hlvllm.plugin as plugin
     from hlvllm.aux_layers import HelionQuantFP8, HelionRMSNorm, HelionSiluAndMul
 
+    _aux_on(hl_env)
     plugin.register()
     plugin.register()
     plugin._registered = False  # a second real registration must not fail on vLLM's duplicate assert
@@ -88,6 +101,72 @@ def test_backend_off_replaces_nothing(hl_env, graphs_on_config):
     assert not {"RMSNorm", "SiluAndMul", "QuantFP8"} & set(op_registry_oot)
     assert type(RMSNorm(64)) is RMSNorm and type(QuantFP8(False, GroupShape.PER_TOKEN)) is QuantFP8
     assert hasattr(torch.ops.hlvllm, "rms_norm")  # the ops exist either way (cheap, no CUDA)
+
+
+#: vLLM class each HL_AUX_KERNELS name replaces (int8_quant is the int8 kernel's own quantization)
+LAYER_OF = {"rms_norm": "RMSNorm", "silu_and_mul": "SiluAndMul", "quant_fp8": "QuantFP8"}
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({}, ()),
+        ({"HL_AUX_KERNELS": ""}, ()),
+        ({"HL_AUX_FUSION": "0"}, ()),
+        ({"HL_AUX_FUSION": "1"}, "all"),
+        ({"HL_AUX_KERNELS": "none", "HL_AUX_FUSION": "1"}, ()),
+        ({"HL_AUX_KERNELS": "rms_norm", "HL_AUX_FUSION": "1"}, ("rms_norm",)),
+        ({"HL_AUX_KERNELS": "all", "HL_AUX_FUSION": "0"}, "all"),
+    ],
+    ids=["unset", "empty", "fusion-0", "fusion-1", "none+fusion", "list+fusion", "all"],
+)
+def test_hl_aux_kernels_default_is_none_unless_fusion(hl_env, env, expected):
+    """``HL_AUX_KERNELS`` unset: no aux kernel (end to end they cost 7-9 % tokens/s on the H200), so
+    ``register()`` replaces none of vLLM's RMSNorm / SiluAndMul / QuantFP8; unset with
+    ``HL_AUX_FUSION=1``: all of them (the fusion pass rewrites those layers' ops); a value the user
+    set wins over ``HL_AUX_FUSION``."""
+    from vllm.compilation.passes.pass_manager import PostGradPassManager
+    from vllm.model_executor.custom_op import op_registry_oot
+
+    from hlvllm import aux_fusion
+    from hlvllm.plugin import register
+    from hlvllm.settings import AUX_KERNEL_NAMES, get_settings
+
+    # register() installs the fusion pass with HL_AUX_FUSION=1: put vLLM's pass manager back after
+    hl_env.setattr(PostGradPassManager, "configure", PostGradPassManager.configure)
+    hl_env.setattr(aux_fusion, "_installed", False)
+    for name, value in env.items():
+        hl_env.setenv(name, value)
+    get_settings.cache_clear()
+    names = frozenset(AUX_KERNEL_NAMES if expected == "all" else expected)
+    assert get_settings().aux_kernels == names
+    register()
+    assert set(LAYER_OF.values()) & set(op_registry_oot) == {LAYER_OF[n] for n in names if n in LAYER_OF}
+
+
+def test_default_builds_vllms_layers_and_helion_gemms(
+    cuda_like, graphs_on_config, stub_c_silu, fp8_layer_config
+):
+    """The default (Helion GEMMs only) on a pretend SM90 with CUDA graphs on: vLLM's chooser picks our
+    FP8 kernel, and everything else is vLLM's own: the RMSNorm / SiluAndMul / QuantFP8 that model
+    code builds, the FP8 kernel's activation quantization; no aux op runs."""
+    from vllm.model_executor.kernels import linear as vllm_linear
+
+    from hlvllm import aux_ops
+    from hlvllm.plugin import register
+
+    register()
+    RMSNorm, SiluAndMul, QuantFP8, GroupShape = _vllm_classes()
+    norm, act, quant = RMSNorm(64), SiluAndMul(), QuantFP8(False, GroupShape.PER_TOKEN)
+    assert (type(norm), type(act), type(quant)) == (RMSNorm, SiluAndMul, QuantFP8)
+    cfg = fp8_layer_config(256, 128)
+    kernel_cls = vllm_linear.choose_scaled_mm_linear_kernel(cfg, vllm_linear._POSSIBLE_FP8_KERNELS)
+    assert kernel_cls.__name__ == "HelionFP8ScaledMMLinearKernel"
+    names = ["weight", "weight_scale", "input_scale", "input_scale_ub"]
+    assert type(kernel_cls(cfg, names).quant_fp8) is QuantFP8
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    torch.testing.assert_close(norm(x), RMSNorm.forward_native(norm, x), rtol=0, atol=0)
+    assert not aux_ops.AUX_COUNTS
 
 
 @pytest.mark.parametrize(
@@ -128,6 +207,7 @@ def test_another_plugins_replacement_is_left_alone(hl_env, caplog):
     from hlvllm.plugin import register
 
     RMSNorm, *_ = _vllm_classes()
+    _aux_on(hl_env)
 
     class OtherRMSNorm(RMSNorm):
         pass
@@ -253,6 +333,7 @@ def test_environment_that_does_not_qualify_keeps_vllm(cuda_like, graphs_on_confi
 
     from hlvllm.plugin import register
 
+    _aux_on(cuda_like)
     register()
     if case == "not-cuda":
         cuda_like.setattr(current_platform, "is_cuda", lambda: False)
@@ -547,19 +628,30 @@ cfg.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
 cfg.compilation_config.max_cudagraph_capture_size = 64
 with set_current_vllm_config(cfg):
     for layer in (RMSNorm(64), QuantFP8(False, GroupShape.PER_TOKEN)):
-        print("LAYER", type(layer).__name__, layer.implementation)
+        print("LAYER", type(layer).__name__, getattr(layer, "implementation", "vllm"))
 """
 
 
-def test_fresh_process_gets_hlvllm_layers_through_the_entry_point(tmp_path):
+@pytest.mark.parametrize(
+    "aux_kernels,expected",
+    [
+        ("all", ["LAYER HelionRMSNorm hlvllm", "LAYER HelionQuantFP8 hlvllm"]),
+        (None, ["LAYER RMSNorm vllm", "LAYER QuantFP8 vllm"]),  # the default: vLLM's own layers
+    ],
+    ids=["all", "default"],
+)
+def test_fresh_process_gets_hlvllm_layers_through_the_entry_point(tmp_path, aux_kernels, expected):
     import subprocess
     import sys
 
     env = dict(os.environ, HL_LINEAR_BACKEND="helion", VLLM_PLUGINS="hlvllm")
     env.pop("HL_AUX_KERNELS", None)
+    env.pop("HL_AUX_FUSION", None)
+    if aux_kernels is not None:
+        env["HL_AUX_KERNELS"] = aux_kernels
     script = tmp_path / "worker.py"
     script.write_text(WORKER_SCRIPT)
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("LAYER")]
-    assert lines == ["LAYER HelionRMSNorm hlvllm", "LAYER HelionQuantFP8 hlvllm"], proc.stdout[-2000:]
+    assert lines == expected, proc.stdout[-2000:]

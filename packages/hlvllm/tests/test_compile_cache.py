@@ -15,6 +15,7 @@ import pytest
 HL_VARS = (
     "HL_LINEAR_BACKEND",
     "HL_AUX_KERNELS",
+    "HL_AUX_FUSION",
     "HL_MAX_HELION_SIZE",
     "HL_HELION_EAGER",
     "HL_DISPATCH_LOG",
@@ -29,11 +30,18 @@ def cache_key(hl_env):
     new CPU ``VllmConfig``."""
     from vllm import envs
     from vllm.compilation.caching import aot_compile_hash_factors
+    from vllm.compilation.passes.pass_manager import PostGradPassManager
     from vllm.config import DeviceConfig, VllmConfig
 
     import hlvllm.plugin as plugin
+    from hlvllm import aux_fusion
     from hlvllm.compile_cache import COMPILE_FACTOR
     from hlvllm.settings import get_settings
+
+    # register() installs the HL_AUX_FUSION pass on vLLM's pass manager: undone per key and after
+    configure = PostGradPassManager.configure
+    hl_env.setattr(PostGradPassManager, "configure", configure)
+    hl_env.setattr(aux_fusion, "_installed", False)
 
     def key(load_plugin: bool = True, **env: str) -> tuple[str, ...]:
         for name in (*HL_VARS, "VLLM_PLUGINS"):
@@ -41,6 +49,8 @@ def cache_key(hl_env):
         for name, value in env.items():
             hl_env.setenv(name, value)
         get_settings.cache_clear()
+        PostGradPassManager.configure = configure
+        aux_fusion._installed = False
         plugin._registered = False
         envs.environment_variables.pop(COMPILE_FACTOR, None)  # what a process that never loaded it has
         if load_plugin:
@@ -62,13 +72,14 @@ def test_same_settings_same_key(cache_key):
 
 def test_graph_settings_change_key(cache_key):
     keys = {
-        "default": cache_key(HL_LINEAR_BACKEND="helion"),
+        "default": cache_key(HL_LINEAR_BACKEND="helion"),  # no aux kernel
+        "all aux": cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="all"),
         "rms_norm only": cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="rms_norm"),
         "rms_norm+silu": cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="rms_norm,silu_and_mul"),
         "no int8 quant": cache_key(
             HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="rms_norm,silu_and_mul,quant_fp8"
         ),
-        "no aux": cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="none"),
+        "all aux fused": cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_FUSION="1"),
         "max 16": cache_key(HL_LINEAR_BACKEND="helion", HL_MAX_HELION_SIZE="16"),
         "max 0": cache_key(HL_LINEAR_BACKEND="helion", HL_MAX_HELION_SIZE="0"),
     }
@@ -76,6 +87,22 @@ def test_graph_settings_change_key(cache_key):
     # the difference is in the env factors, not in vLLM's config hash
     assert len({k[1] for k in keys.values()}) == 1
     assert len({k[0] for k in keys.values()}) == len(keys)
+
+
+def test_aux_default_key_is_no_aux_and_all_differs(cache_key):
+    """The key hashes the parsed aux set: ``HL_AUX_KERNELS`` unset (the default: no aux kernel) keys
+    like ``none``; ``all`` differs; unset with ``HL_AUX_FUSION=1`` means all (its key is the explicit
+    ``all`` one's), and an explicit ``none`` with the pass is a third graph."""
+    default = cache_key(HL_LINEAR_BACKEND="helion")
+    assert cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="none") == default
+    assert cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="0") == default
+    assert cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="") == default
+    all_aux = cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="all")
+    assert all_aux != default
+    fused = cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_FUSION="1")
+    assert fused == cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_FUSION="1", HL_AUX_KERNELS="all")
+    fused_no_aux = cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_FUSION="1", HL_AUX_KERNELS="none")
+    assert len({default, all_aux, fused, fused_no_aux}) == 4
 
 
 def test_backend_off_is_plain_vllm_and_differs_from_on(cache_key):
@@ -102,10 +129,12 @@ def test_no_plugins_differs_from_enabled(cache_key):
 
 def test_runtime_only_settings_and_spellings_keep_key(cache_key, tmp_path):
     base = cache_key(HL_LINEAR_BACKEND="helion")
-    assert cache_key(HL_LINEAR_BACKEND=" HELION ", HL_AUX_KERNELS="all", HL_MAX_HELION_SIZE="32") == base
+    assert cache_key(HL_LINEAR_BACKEND=" HELION ", HL_AUX_KERNELS="none", HL_MAX_HELION_SIZE="32") == base
+    all_aux = cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="all")
+    assert cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS=" ALL ") == all_aux
     assert (
         cache_key(HL_LINEAR_BACKEND="helion", HL_AUX_KERNELS="silu_and_mul,rms_norm,int8_quant,quant_fp8")
-        == base
+        == all_aux
     )
     # read inside the opaque torch.ops.hlvllm.* ops at run time: not part of the traced graph
     assert cache_key(HL_LINEAR_BACKEND="helion", HL_HELION_EAGER="1", HL_DISPATCH_LOG="1") == base
@@ -117,13 +146,16 @@ def test_compile_key_names_settings_and_versions(hl_env):
 
     from hlvllm.compile_cache import COMPILE_FACTOR, compile_key
     from hlvllm.plugin import register
-    from hlvllm.settings import AUX_KERNEL_NAMES, Settings
+    from hlvllm.settings import AUX_KERNEL_NAMES, Settings, get_settings
 
     register()
     value = envs.compile_factors()[COMPILE_FACTOR]
     assert value == compile_key()
-    assert "backend=helion" in value and "max_helion_size=32" in value
-    assert f"aux={','.join(sorted(AUX_KERNEL_NAMES))}" in value
+    assert "backend=helion aux=none max_helion_size=32 aux_fusion=0 " in value  # the defaults
+    hl_env.setenv("HL_AUX_KERNELS", "all")
+    get_settings.cache_clear()
+    value = envs.compile_factors()[COMPILE_FACTOR]  # the getter reads the settings anew
+    assert f"aux={','.join(sorted(AUX_KERNEL_NAMES))} " in value
     for dist in ("hlvllm", "hlcore", "helion"):
         assert f"{dist}={importlib.metadata.version(dist)}" in value
     assert "hlvllm_src=" in value

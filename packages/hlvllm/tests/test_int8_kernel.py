@@ -54,23 +54,30 @@ def test_int8_can_implement_reasons(hl_env, graphs_on_config):
     assert not ok and "CUDA graphs are off" in reason
 
 
-@pytest.mark.parametrize("m", [1, 5, 40])
-def test_int8_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
+@pytest.mark.parametrize("m,aux", [(1, "all"), (5, "all"), (40, "all"), (1, None), (40, None)])
+def test_int8_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, aux):
     """A W8A8 int8 layer processed by CUTLASS's weight code, applied through the Helion kernel (M <= 32)
-    or the fallback (M = 40), equals the fp32 reference of the same quantized tensors."""
+    or the fallback (M = 40), equals the fp32 reference of the same quantized tensors. The activations
+    are quantized by our op with ``HL_AUX_KERNELS=all`` (``int8_quant``), by vLLM's
+    ``scaled_int8_quant`` by default (no aux kernel)."""
     import hlvllm.int8_kernel as int8_kernel
     import hlvllm.ops as ops
     from hlvllm import dispatch
     from hlvllm.plugin import register
 
+    if aux is not None:
+        cuda_like.setenv("HL_AUX_KERNELS", aux)
     register()
     cuda_like.setenv("HL_HELION_EAGER", "1")
     from hlvllm.settings import get_settings
 
     get_settings.cache_clear()
 
+    vllm_quant_calls = []
+
     def quant(x, scale, azp, symmetric):  # vLLM's scaled_int8_quant is CUDA-only
         assert scale is None and azp is None and symmetric
+        vllm_quant_calls.append(x.shape[0])
         q, s = per_token_int8_quant_ref(x)
         return q, s, None
 
@@ -108,5 +115,9 @@ def test_int8_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
     assert fallback_calls == [m]  # up to 32: Helion's first call is checked against it; above: the path
     from hlvllm import aux_ops
 
-    assert kernel.helion_input_quant  # HL_AUX_KERNELS default: the activations go through our op too
-    assert {("per_token_int8_quant", path, m, k): 1} == aux_ops.AUX_COUNTS
+    if aux == "all":  # int8_quant on: the activations go through our op too
+        assert kernel.helion_input_quant and not vllm_quant_calls
+        assert {("per_token_int8_quant", path, m, k): 1} == aux_ops.AUX_COUNTS
+    else:  # the default: vLLM's quantization, no aux op
+        assert not kernel.helion_input_quant and vllm_quant_calls == [m]
+        assert not aux_ops.AUX_COUNTS

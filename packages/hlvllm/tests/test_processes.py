@@ -128,7 +128,8 @@ def clean(hl_env):
     """This process as a fresh one looks to a forked child: vLLM's plugins not loaded yet, none of
     hlvllm's kernels in vLLM's lists and none of its layers in the out-of-tree table (``hl_env``
     puts everything back after); ``HL_LINEAR_BACKEND=helion``, no other HL_* / kernel-selection
-    variable. The child sets ``VLLM_PLUGINS`` itself (``PHASES``)."""
+    variable (so no aux kernel: a test that expects hlvllm's layers sets ``HL_AUX_KERNELS=all``).
+    The child sets ``VLLM_PLUGINS`` itself (``PHASES``)."""
     import vllm.plugins
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.kernels import linear as vllm_linear
@@ -144,7 +145,13 @@ def clean(hl_env):
         hl_env.setitem(table, PlatformEnum.CUDA, kernels)
     for name in HELION_LAYERS:
         hl_env.delitem(op_registry_oot, name, raising=False)
-    for name in ("HL_AUX_KERNELS", "HL_MAX_HELION_SIZE", "VLLM_DISABLED_KERNELS", "VLLM_BATCH_INVARIANT"):
+    for name in (
+        "HL_AUX_KERNELS",
+        "HL_AUX_FUSION",
+        "HL_MAX_HELION_SIZE",
+        "VLLM_DISABLED_KERNELS",
+        "VLLM_BATCH_INVARIANT",
+    ):
         hl_env.delenv(name, raising=False)
     return hl_env
 
@@ -158,9 +165,10 @@ def _assert_clean(state: dict, method: str) -> None:
         assert not state["ops"]
 
 
-def _assert_registered(state: dict) -> None:
+def _assert_registered(state: dict, *, layers: bool = True) -> None:
+    """The three Helion kernels first, the torch ops, and (``layers``) hlvllm's aux layers."""
     assert state["first"] == HELION_KERNELS
-    assert {k: v for k, v in state["oot"].items() if k in HELION_LAYERS} == HELION_LAYERS
+    assert {k: v for k, v in state["oot"].items() if k in HELION_LAYERS} == (HELION_LAYERS if layers else {})
     assert state["ops"] and state["registered"]
 
 
@@ -176,7 +184,9 @@ def test_spawned_child_loads_the_plugin_only_when_vllm_plugins_allows_it(clean, 
     ``VLLM_PLUGINS=""`` (vLLM loads no general plugin): nothing of ours, not even the torch ops;
     vLLM's kernel and RMSNorm. Then, in the same child, ``VLLM_PLUGINS=hlvllm`` and a second plugin
     load: the three Helion kernels first in vLLM's lists, hlvllm's RMSNorm / SiluAndMul / QuantFP8,
-    ``torch.ops.hlvllm.*``; vLLM's chooser picks the Helion FP8 kernel; no warning."""
+    ``torch.ops.hlvllm.*``; vLLM's chooser picks the Helion FP8 kernel; no warning
+    (``HL_AUX_KERNELS=all``)."""
+    clean.setenv("HL_AUX_KERNELS", "all")
     report = _child("spawn", tmp_path, ["", "hlvllm"])
     _assert_clean(report["before"], "spawn")
     excluded, included = report["phases"]
@@ -192,7 +202,9 @@ def test_spawned_child_loads_the_plugin_only_when_vllm_plugins_allows_it(clean, 
 def test_forked_child_loads_the_plugin_only_when_vllm_plugins_allows_it(clean, tmp_path, plugins):
     """A forked child (vLLM's default worker start), ``HL_LINEAR_BACKEND=helion``: with ``hlvllm``
     allowed, its plugin load registers everything and the chooser picks Helion; with a list that
-    leaves ``hlvllm`` out (empty: no general plugin), nothing of ours is registered."""
+    leaves ``hlvllm`` out (empty: no general plugin), nothing of ours is registered
+    (``HL_AUX_KERNELS=all``)."""
+    clean.setenv("HL_AUX_KERNELS", "all")
     report = _child("fork", tmp_path, [plugins])
     _assert_clean(report["before"], "fork")
     (phase,) = report["phases"]
@@ -210,7 +222,9 @@ def test_forked_child_loads_the_plugin_only_when_vllm_plugins_allows_it(clean, t
 def test_spawned_child_without_helion_registers_and_falls_back_with_one_warning(clean, tmp_path):
     """helion not importable in a fresh worker: ``register()`` still works (hlvllm imports helion
     only inside kernel calls), the Helion FP8 kernel declines every layer with ONE warning naming
-    ``pip install helion``, vLLM's kernel is chosen, and RMSNorm keeps vLLM's implementation."""
+    ``pip install helion``, vLLM's kernel is chosen, and RMSNorm keeps vLLM's implementation
+    (``HL_AUX_KERNELS=all``)."""
+    clean.setenv("HL_AUX_KERNELS", "all")
     report = _child("spawn", tmp_path, ["hlvllm"], hide_helion=True)
     _assert_clean(report["before"], "spawn")
     (phase,) = report["phases"]
@@ -219,6 +233,25 @@ def test_spawned_child_without_helion_registers_and_falls_back_with_one_warning(
     assert phase["rms_norm"] == ["HelionRMSNorm", "vllm"]
     assert len(phase["warnings"]) == 1, phase["warnings"]
     assert "helion is not installed (pip install helion" in phase["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    "env,layers",
+    [({}, False), ({"HL_AUX_FUSION": "1"}, True), ({"HL_AUX_KERNELS": "none", "HL_AUX_FUSION": "1"}, False)],
+    ids=["default", "fusion", "none+fusion"],
+)
+def test_forked_child_aux_layers_follow_the_default(clean, tmp_path, env, layers):
+    """A forked worker with ``HL_AUX_KERNELS`` unset (the default): the Helion kernels and the
+    chooser's pick, but vLLM's own RMSNorm / SiluAndMul / QuantFP8; unset with ``HL_AUX_FUSION=1``:
+    hlvllm's layers too (the pass fuses them); ``HL_AUX_KERNELS=none`` wins over the fusion flag."""
+    for name, value in env.items():
+        clean.setenv(name, value)
+    report = _child("fork", tmp_path, ["hlvllm"])
+    (phase,) = report["phases"]
+    _assert_registered(phase["state"], layers=layers)
+    assert phase["chosen"] == ["HelionFP8ScaledMMLinearKernel"] * 2
+    assert phase["rms_norm"] == (["HelionRMSNorm", "hlvllm"] if layers else ["RMSNorm", "vllm"])
+    assert phase["warnings"] == []
 
 
 def test_backend_off_in_a_child_registers_ops_only(clean, tmp_path):

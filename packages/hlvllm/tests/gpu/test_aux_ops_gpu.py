@@ -52,7 +52,9 @@ def aux(monkeypatch):
     from hlvllm.settings import get_settings
 
     monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
+    monkeypatch.setenv("HL_AUX_KERNELS", "all")  # the default is none: the layer tests need them
     monkeypatch.setenv("HL_HELION_EAGER", "1")
+    monkeypatch.delenv("HL_AUX_FUSION", raising=False)
     get_settings.cache_clear()
     dispatch.reset()
     aux_ops.reset()
