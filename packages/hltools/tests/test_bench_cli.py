@@ -109,32 +109,36 @@ def test_e2e_dry_run_with_gemm_setting(no_gpu, tmp_path, monkeypatch):
     out = result.output
     assert out.index("# gemm-r0 (cold caches)") < out.index("# off-r1") < out.index("# gemm-r1 (warm caches)")
     assert not any(tmp_path.iterdir())
-    bad = runner.invoke(app, ["bench", "e2e", "--plugins", "off,aux", "--dry-run", "--output", str(tmp_path)])
+    bad = runner.invoke(
+        app, ["bench", "e2e", "--plugins", "off,maybe", "--dry-run", "--output", str(tmp_path)]
+    )
     assert bad.exit_code == 2 and "plugins must be among" in _flat(bad.output)
 
 
-def test_e2e_dry_run_with_four_settings(no_gpu, tmp_path, monkeypatch):
-    """`--plugins off,on,gemm,fused`: four engine runs per round; only fused has HL_AUX_FUSION=1,
-    each setting its own compile caches."""
+def test_e2e_dry_run_with_five_settings(no_gpu, tmp_path, monkeypatch):
+    """`--plugins off,on,gemm,aux,fused`: five engine runs per round; on (the plugin's defaults) sets
+    no HL_AUX_KERNELS, gemm none, aux all; only fused has HL_AUX_FUSION=1, each setting its own
+    compile caches."""
     for var in ("HL_AUX_KERNELS", "HL_LINEAR_BACKEND", "HL_AUX_FUSION"):
         monkeypatch.delenv(var, raising=False)
     result = runner.invoke(
         app,
         ["bench", "e2e", "--model", "qwen3-1.7b", "--layers", "2", "--concurrency", "1,4",
-         "--plugins", "off,on,gemm,fused", "--output", str(tmp_path), "--dry-run"],
+         "--plugins", "off,on,gemm,aux,fused", "--output", str(tmp_path), "--dry-run"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
-    assert len(lines) == 8 and "8 engine runs" in _flat(result.output)
+    assert len(lines) == 10 and "10 engine runs" in _flat(result.output)
     plugins = [ln.split("--plugin ")[1].split()[0] for ln in lines]
-    assert plugins == ["off", "on", "gemm", "fused"] * 2
-    for off, on, gemm, fused in (lines[:4], lines[4:]):
+    assert plugins == ["off", "on", "gemm", "aux", "fused"] * 2
+    for off, on, gemm, aux, fused in (lines[:5], lines[5:]):
         assert "VLLM_PLUGINS='' " in off and "HL_LINEAR_BACKEND" not in off
         assert "HL_LINEAR_BACKEND=helion" in on and "HL_AUX_KERNELS" not in on and "cache-on/" in on
         assert "HL_AUX_KERNELS=none" in gemm and "cache-gemm/" in gemm
+        assert "HL_LINEAR_BACKEND=helion" in aux and "HL_AUX_KERNELS=all" in aux and "cache-aux/" in aux
         assert "HL_LINEAR_BACKEND=helion" in fused and "HL_AUX_FUSION=1" in fused
         assert "HL_AUX_KERNELS" not in fused and "VLLM_PLUGINS" not in fused and "cache-fused/" in fused
-        assert [ln for ln in (off, on, gemm, fused) if "HL_AUX_FUSION" in ln] == [fused]
+        assert [ln for ln in (off, on, gemm, aux, fused) if "HL_AUX_FUSION" in ln] == [fused]
     out = result.output
     assert (
         out.index("# fused-r0 (cold caches)") < out.index("# off-r1") < out.index("# fused-r1 (warm caches)")
@@ -299,7 +303,7 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
     from hltools import e2e
 
     def runs(plugins):
-        values = {"off": 100.0, "on": 125.0, "gemm": 140.0, "fused": 160.0}
+        values = {"off": 100.0, "on": 125.0, "gemm": 140.0, "aux": 110.0, "fused": 160.0}
         return [
             {"plugin": p, "round": 0, "startup_s": 50.0,
              "throughput": {"1": {"tokens_per_s": values[p], "tpot_ms": 1000.0 / values[p], "ttft_ms": 30.0}}}
@@ -307,28 +311,34 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
         ]  # fmt: skip
 
     meta = {**META, "model": "qwen3-8b", "format": "fp8_dynamic"}
-    e2e.write_e2e(tmp_path, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on", "gemm", "fused")))
+    e2e.write_e2e(tmp_path, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on", "gemm", "aux", "fused")))
     result = runner.invoke(app, ["bench", "report", str(tmp_path), "--no-plots"])
     assert result.exit_code == 0, result.output
-    out = _flat(result.output)
-    assert "speedup GEMM only" in out and "speedup fused aux" in out and "1.600" in out and "160" in out
+    out = _flat(result.output)  # 15 columns: the headers wrap (they are checked on e2e_table below)
+    assert "1.400" in out and "1.100" in out and "1.600" in out and "160" in out
     md = (tmp_path / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
     assert (
         "| 1 | 100 | 125 | 1.250 | 10.00 | 8.00 | 30.0 | 30.0 | 140 | 1.400 | 7.14 | 30.0 "
-        "| 160 | 1.600 | 6.25 | 30.0 |"
+        "| 110 | 1.100 | 9.09 | 30.0 | 160 | 1.600 | 6.25 | 30.0 |"
     ) in md
     csv = (tmp_path / "e2e-qwen3-8b-fp8_dynamic.csv").read_text().splitlines()
     cells = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
     assert float(cells["speedup_fused"]) == 1.6 and float(cells["speedup_gemm"]) == 1.4
-    assert csv[0].split(",")[-5:] == [
-        f"{k}_fused" for k in ("tokens_per_s", "speedup", "tpot_ms", "tpot_speedup", "ttft_ms")
+    assert float(cells["speedup_aux"]) == 1.1
+    assert csv[0].split(",")[-10:] == [
+        f"{k}_{name}"
+        for name in ("aux", "fused")
+        for k in ("tokens_per_s", "speedup", "tpot_ms", "tpot_speedup", "ttft_ms")
     ]
 
-    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm", "fused"))), "t")
+    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm", "aux", "fused"))), "t")
     assert [c.header for c in table.columns][6:] == [
         "tok/s GEMM only",
         "speedup GEMM only",
         "TPOT ms GEMM only",
+        "tok/s GEMM+aux",
+        "speedup GEMM+aux",
+        "TPOT ms GEMM+aux",
         "tok/s fused aux",
         "speedup fused aux",
         "TPOT ms fused aux",

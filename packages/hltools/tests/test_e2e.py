@@ -169,7 +169,7 @@ def test_worker_cli_parses_and_sets_the_plugin_switch(monkeypatch):
 def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     """``gemm``: the plugin with HL_LINEAR_BACKEND=helion and HL_AUX_KERNELS=none; ``on`` keeps a
     HL_AUX_KERNELS the user set, ``gemm`` overrides it; ``off`` is unchanged."""
-    assert e2e.PLUGINS == ("off", "on", "gemm", "fused") and e2e.DEFAULT_PLUGINS == ("off", "on")
+    assert e2e.PLUGINS == ("off", "on", "gemm", "aux", "fused") and e2e.DEFAULT_PLUGINS == ("off", "on")
     env = {"VLLM_PLUGINS": "", "HL_AUX_KERNELS": "rms_norm", "X": "1"}
     e2e.set_plugin(env, "gemm")
     assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "none"}
@@ -179,8 +179,8 @@ def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     env = {"HL_LINEAR_BACKEND": "helion"}
     e2e.set_plugin(env, "off")
     assert env == {"VLLM_PLUGINS": ""}
-    with pytest.raises(ValueError, match=r"\['off', 'on', 'gemm', 'fused'\]"):
-        e2e.set_plugin({}, "aux")
+    with pytest.raises(ValueError, match=r"\['off', 'on', 'gemm', 'aux', 'fused'\]"):
+        e2e.set_plugin({}, "maybe")
 
     gemm = e2e.worker_env("gemm", tmp_path / "cache-gemm", {"PATH": "/bin", "VLLM_PLUGINS": ""})
     assert gemm["HL_LINEAR_BACKEND"] == "helion" and gemm["HL_AUX_KERNELS"] == "none"
@@ -193,11 +193,63 @@ def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     assert "HL_AUX_KERNELS=none" in line and "--plugin gemm" in line
 
 
+def test_aux_setting_sets_hl_aux_kernels_all_and_on_leaves_it_unset(tmp_path):
+    """``on`` is the plugin's defaults (Helion GEMMs only since HL_AUX_KERNELS defaults to none): it
+    sets no HL_AUX_KERNELS; ``aux`` sets HL_AUX_KERNELS=all (Helion GEMMs and aux kernels, what
+    ``on`` measured before), over a value the user set; the settings run in the order off, on, gemm,
+    aux, fused."""
+    assert list(e2e.EXTRA_SETTINGS) == ["gemm", "aux", "fused"]
+    aux = e2e.EXTRA_SETTINGS["aux"]
+    assert (aux.label, aux.suffix, aux.env_text, aux.exclusive) == (
+        "GEMM+aux",
+        "_aux",
+        "HL_AUX_KERNELS=all",
+        False,
+    )
+    env = {"VLLM_PLUGINS": "", "X": "1"}
+    e2e.set_plugin(env, "on")
+    assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion"}
+    env = {"VLLM_PLUGINS": "", "X": "1"}
+    e2e.set_plugin(env, "aux")
+    assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "all"}
+    env = {"HL_AUX_KERNELS": "rms_norm", "HL_AUX_FUSION": "1"}
+    e2e.set_plugin(env, "aux")
+    assert env == {"HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "all"}
+
+    base = {"PATH": "/bin", "VLLM_PLUGINS": ""}
+    on = e2e.worker_env("on", tmp_path / "cache-on", base)
+    assert on["HL_LINEAR_BACKEND"] == "helion" and "HL_AUX_KERNELS" not in on and "HL_AUX_FUSION" not in on
+    env = e2e.worker_env("aux", tmp_path / "cache-aux", base)
+    assert env["HL_LINEAR_BACKEND"] == "helion" and env["HL_AUX_KERNELS"] == "all"
+    assert "VLLM_PLUGINS" not in env and "HL_AUX_FUSION" not in env
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache-aux" / "vllm")
+    line = e2e.shell_line(e2e.worker_command("/py", tmp_path, "aux", e2e.E2EOptions(), tmp_path / "o"), env)
+    assert "HL_AUX_KERNELS=all" in line and "--plugin aux" in line
+    line = e2e.shell_line(e2e.worker_command("/py", tmp_path, "on", e2e.E2EOptions(), tmp_path / "o"), on)
+    assert "HL_AUX_KERNELS" not in line and "--plugin on" in line
+    specs = e2e.plan_runs(tmp_path, ["fused", "aux", "off", "gemm", "on"], rounds=1)
+    assert [s.plugin for s in specs] == ["fused", "aux", "off", "gemm", "on"]  # run in the order given
+    s = e2e.summarize([_run(p, 0, {1: 100.0}, 50.0) for p in ("fused", "aux", "off", "gemm", "on")])
+    assert s["plugins"] == ["off", "on", "gemm", "aux", "fused"]  # summaries in PLUGINS order
+    assert [x.name for x in e2e.extra_settings(s)] == ["gemm", "aux", "fused"]
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, s)
+    head = next(ln for ln in md.splitlines() if ln.startswith("| concurrency"))
+    assert (
+        head.index("tok/s hlvllm")
+        < head.index("GEMM only")
+        < head.index("GEMM+aux")
+        < head.index("fused aux")
+    )
+    legend = next(ln for ln in md.splitlines() if ln.startswith("vLLM: no plugin"))
+    assert "hlvllm: the plugin's defaults (Helion GEMMs;" in legend
+    assert "GEMM+aux: Helion GEMMs and aux kernels, `HL_AUX_KERNELS=all`" in legend
+
+
 def test_fused_setting_is_on_with_aux_fusion(tmp_path):
     """``fused``: ``on`` plus HL_AUX_FUSION=1 (a user's HL_AUX_KERNELS kept); every other setting
     removes an inherited HL_AUX_FUSION, so only ``fused`` has it."""
-    assert e2e.HELION_PLUGINS == ("on", "gemm", "fused") and e2e.EXCLUSIVE_ENV == ("HL_AUX_FUSION",)
-    assert list(e2e.EXTRA_SETTINGS) == ["gemm", "fused"]
+    assert e2e.HELION_PLUGINS == ("on", "gemm", "aux", "fused") and e2e.EXCLUSIVE_ENV == ("HL_AUX_FUSION",)
+    assert list(e2e.EXTRA_SETTINGS) == ["gemm", "aux", "fused"]
     fused = e2e.EXTRA_SETTINGS["fused"]
     assert (fused.label, fused.suffix, fused.env_text) == ("fused aux", "_fused", "HL_AUX_FUSION=1")
     assert e2e.EXTRA_SETTINGS["gemm"].label == "GEMM only"
@@ -215,6 +267,7 @@ def test_fused_setting_is_on_with_aux_fusion(tmp_path):
     for plugin, expected in (
         ("on", {"HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "all"}),
         ("gemm", {"HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "none"}),
+        ("aux", {"HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "all"}),
         ("off", {"VLLM_PLUGINS": "", "HL_AUX_KERNELS": "all"}),
     ):
         env = {"HL_AUX_FUSION": "1", "HL_AUX_KERNELS": "all", "HL_LINEAR_BACKEND": "helion"}
@@ -458,7 +511,7 @@ def test_summarize_with_gemm_and_fused_runs():
     assert not e2e.has_setting({"rows": [{"tokens_per_s_fused": None}]}, "fused")
 
 
-def test_summary_fields_add_fused_after_gemm():
+def test_summary_fields_add_gemm_aux_fused_in_order():
     fields = e2e.SUMMARY_FIELDS
     assert fields[:9] == (
         "concurrency", "tokens_per_s_off", "tokens_per_s_on", "speedup", "tpot_ms_off", "tpot_ms_on",
@@ -466,6 +519,7 @@ def test_summary_fields_add_fused_after_gemm():
     )  # fmt: skip
     assert fields[9:] == (
         "tokens_per_s_gemm", "speedup_gemm", "tpot_ms_gemm", "tpot_speedup_gemm", "ttft_ms_gemm",
+        "tokens_per_s_aux", "speedup_aux", "tpot_ms_aux", "tpot_speedup_aux", "ttft_ms_aux",
         "tokens_per_s_fused", "speedup_fused", "tpot_ms_fused", "tpot_speedup_fused", "ttft_ms_fused",
     )  # fmt: skip
 
@@ -590,7 +644,7 @@ def test_run_e2e_with_a_fake_launcher(tmp_path):
         "concurrency", "tokens_per_s_off", "tokens_per_s_on", "speedup", "tpot_ms_off", "tpot_ms_on",
         "tpot_speedup", "ttft_ms_off", "ttft_ms_on",
     )  # fmt: skip
-    assert csv_lines[1].split(",")[-10:] == [""] * 10  # the gemm and fused columns, at the end, empty
+    assert csv_lines[1].split(",")[-15:] == [""] * 15  # the gemm, aux and fused columns, at the end, empty
     assert (out / "e2e-qwen3-1.7b-block_fp8.md").read_text().startswith("# vLLM end to end: Qwen/Qwen3-1.7B")
     assert report.files["stem"] == "e2e-qwen3-1.7b-block_fp8"
 
@@ -752,10 +806,11 @@ def test_run_e2e_with_gemm_runs(tmp_path, monkeypatch):
     assert "| 4 | 400 | 440 | 1.100 |" in md and "| 500 | 1.250 |" in md
 
 
-@pytest.mark.parametrize("plugin", ["off", "on", "gemm", "fused"])
+@pytest.mark.parametrize("plugin", ["off", "on", "gemm", "aux", "fused"])
 def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugin):
-    """worker_main with a fake vllm.LLM: ``on`` and ``gemm`` collect the captured sizes (GEMM and
-    aux) from every rank, ``off`` does not; the environment it records holds the plugin switch."""
+    """worker_main with a fake vllm.LLM: ``on``, ``gemm``, ``aux`` and ``fused`` collect the captured
+    sizes (GEMM and aux) from every rank, ``off`` does not; the environment it records holds the
+    plugin switch."""
     import os
     import types
 
@@ -802,7 +857,7 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
     assert result["captured_by_rank"] == ([canned["dispatch_counts"]] if helion else [])
     assert result["aux_captured_by_rank"] == ([canned["aux_capture_counts"]] if helion else [])
     assert result["env"]["HL_LINEAR_BACKEND"] == ("helion" if helion else None)
-    assert result["env"]["HL_AUX_KERNELS"] == ("none" if plugin == "gemm" else None)
+    assert result["env"]["HL_AUX_KERNELS"] == {"gemm": "none", "aux": "all"}.get(plugin)
     assert result["env"]["HL_AUX_FUSION"] == ("1" if plugin == "fused" else None)
     assert result["env"]["VLLM_PLUGINS"] == ("" if plugin == "off" else None)
     assert set(result["throughput"]) == {"1", "2"} and result["greedy"] == [[*range(16)]] * 4
@@ -810,14 +865,14 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
         assert e2e.helion_ranks(result)["active"] == 1
 
 
-def test_run_e2e_with_gemm_and_fused_runs(tmp_path, monkeypatch):
-    """``plugins=off,on,gemm,fused`` with HL_AUX_FUSION=1 in the caller's environment: four workers
-    per round, only fused's with HL_AUX_FUSION=1, each in its own cache dir; the files carry fused's
-    tokens/s and speedup after gemm's."""
+def test_run_e2e_with_gemm_aux_and_fused_runs(tmp_path, monkeypatch):
+    """``plugins=off,on,gemm,aux,fused`` with HL_AUX_FUSION=1 in the caller's environment: five
+    workers per round, aux's with HL_AUX_KERNELS=all, only fused's with HL_AUX_FUSION=1, each in its
+    own cache dir; the files carry gemm's, aux's and fused's tokens/s and speedups in that order."""
     monkeypatch.delenv("HL_AUX_KERNELS", raising=False)
     monkeypatch.setenv("HL_AUX_FUSION", "1")
     launched = []
-    factor = {"off": 1.0, "on": 1.1, "gemm": 1.25, "fused": 1.5}
+    factor = {"off": 1.0, "on": 1.1, "gemm": 1.25, "aux": 1.05, "fused": 1.5}
 
     def launcher(cmd, env, log, timeout):
         args = dict(zip(cmd[4::2], cmd[5::2], strict=True))
@@ -828,9 +883,11 @@ def test_run_e2e_with_gemm_and_fused_runs(tmp_path, monkeypatch):
         assert env["VLLM_CACHE_ROOT"].endswith(f"cache-{p}/vllm")
         tps = {int(c): 100.0 * int(c) * factor[p] for c in args["--concurrency"].split(",")}
         with open(args["--out"], "w") as f:
-            json.dump(_run(p, -1, tps, {"off": 40.0, "on": 50.0, "gemm": 44.0, "fused": 52.0}[p]), f)
+            startup = {"off": 40.0, "on": 50.0, "gemm": 44.0, "aux": 48.0, "fused": 52.0}[p]
+            json.dump(_run(p, -1, tps, startup), f)
         return 0
 
+    plugins = ["off", "on", "gemm", "aux", "fused"]
     report = e2e.run_e2e(
         model="qwen3-1.7b",
         model_config=load_model_config("qwen3-1.7b"),
@@ -838,7 +895,7 @@ def test_run_e2e_with_gemm_and_fused_runs(tmp_path, monkeypatch):
         layers=2,
         options=e2e.E2EOptions(concurrency=(1, 4)),
         output=tmp_path,
-        plugins=["off", "on", "gemm", "fused"],
+        plugins=plugins,
         launcher=launcher,
     )
     assert (
@@ -847,16 +904,19 @@ def test_run_e2e_with_gemm_and_fused_runs(tmp_path, monkeypatch):
             ("off", None, None, None),
             ("on", "helion", None, None),
             ("gemm", "helion", "none", None),
+            ("aux", "helion", "all", None),
             ("fused", "helion", None, "1"),
         ]
         * 2
     )
-    assert not report.failed and [r["plugin"] for r in report.runs] == ["off", "on", "gemm", "fused"] * 2
+    assert not report.failed and [r["plugin"] for r in report.runs] == plugins * 2
     payload = json.loads((tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.json").read_text())
-    assert payload["metadata"]["plugins"] == ["off", "on", "gemm", "fused"]
+    assert payload["metadata"]["plugins"] == plugins
     row = payload["summary"]["rows"][1]
     assert row["concurrency"] == 4 and row["tokens_per_s_fused"] == 600.0 and row["speedup_fused"] == 1.5
     assert row["speedup_gemm"] == 1.25 and row["speedup"] == pytest.approx(1.1)
+    assert row["tokens_per_s_aux"] == pytest.approx(420.0) and row["speedup_aux"] == pytest.approx(1.05)
+    assert payload["summary"]["startup"]["delta_aux_cold_s"] == 8.0
     assert payload["summary"]["startup"]["delta_fused_cold_s"] == 12.0
     lines = (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.csv").read_text().splitlines()
     assert lines[0].split(",") == list(e2e.SUMMARY_FIELDS)
@@ -864,3 +924,4 @@ def test_run_e2e_with_gemm_and_fused_runs(tmp_path, monkeypatch):
     assert float(cells["tokens_per_s_fused"]) == 600.0 and float(cells["speedup_fused"]) == 1.5
     md = (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.md").read_text()
     assert "| 4 | 400 | 440 | 1.100 |" in md and "| 500 | 1.250 |" in md and "| 600 | 1.500 |" in md
+    assert md.index("| 500 | 1.250 |") < md.index("| 420 | 1.050 |") < md.index("| 600 | 1.500 |")

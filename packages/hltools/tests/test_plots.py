@@ -149,6 +149,27 @@ def test_e2e_plot_draws_a_fused_series_when_present(tmp_path, monkeypatch):
     assert set(right) == {"tokens/s ratio", "per-token latency ratio (off / on)"}
 
 
+def test_e2e_plot_draws_the_aux_series_between_gemm_and_fused(tmp_path, monkeypatch):
+    rows = [
+        {"concurrency": c, "tokens_per_s_off": 100.0 * c, "tokens_per_s_on": 110.0 * c, "speedup": 1.1,
+         "tpot_ms_off": 5.0, "tpot_ms_on": 4.0, "tokens_per_s_gemm": 120.0 * c, "speedup_gemm": 1.2,
+         "tpot_ms_gemm": 2.5, "tokens_per_s_aux": 105.0 * c, "speedup_aux": 1.05, "tpot_ms_aux": 5.0,
+         "tokens_per_s_fused": 130.0 * c, "speedup_fused": 1.3, "tpot_ms_fused": 4.0}
+        for c in (1, 2, 4, 32)
+    ]  # fmt: skip
+    left, right = _drawn(monkeypatch, rows, tmp_path / "aux.png")
+    assert list(left) == [
+        "vLLM (no plugin)",
+        "hlvllm",
+        "hlvllm GEMM only (HL_AUX_KERNELS=none)",
+        "hlvllm GEMM+aux (HL_AUX_KERNELS=all)",
+        "hlvllm fused aux (HL_AUX_FUSION=1)",
+    ]
+    assert left["hlvllm GEMM+aux (HL_AUX_KERNELS=all)"] == [105.0, 210.0, 420.0, 3360.0]
+    assert right["tokens/s ratio (GEMM+aux / vLLM)"] == [1.05] * 4
+    assert right["per-token latency ratio (off / aux)"] == [1.0] * 4
+
+
 def test_provenance_line():
     assert provenance_line({**META, "date": "2026-11-30T12:00:00+00:00"}) == (
         "NVIDIA H200 · torch 2.11 · triton 3.6 · helion 1.5 · vllm 0.26 · commit 0123456789 · 2026-11-30"

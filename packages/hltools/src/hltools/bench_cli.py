@@ -344,8 +344,9 @@ def repro_command(r, metadata: dict) -> str:
 # --------------------------------------------------------------------------------------------
 def e2e_table(summary: dict, title: str) -> Table:
     """A rich table of :func:`hltools.e2e.summarize`'s rows; per extra setting with runs (``gemm``:
-    Helion GEMMs only, ``HL_AUX_KERNELS=none``; ``fused``: ``HL_AUX_FUSION=1``) its tokens/s, speedup
-    over vLLM and TPOT too, headed by its label ("GEMM only", "fused aux")."""
+    Helion GEMMs only, ``HL_AUX_KERNELS=none``; ``aux``: Helion GEMMs and aux kernels,
+    ``HL_AUX_KERNELS=all``; ``fused``: ``HL_AUX_FUSION=1``) its tokens/s, speedup over vLLM and TPOT
+    too, headed by its label ("GEMM only", "GEMM+aux", "fused aux")."""
     from hltools.e2e import extra_settings
 
     def f(v, spec):
@@ -405,10 +406,11 @@ def e2e(
     plugins: Annotated[
         str,
         typer.Option(
-            help="Which engines (comma-separated, run alternating): off (no plugin), on (Helion GEMMs "
-            "and aux kernels), gemm (Helion GEMMs only: HL_AUX_KERNELS=none, vLLM's norm/activation/"
-            "quant layers fused by Inductor), fused (on with HL_AUX_FUSION=1: each aux norm / "
-            "silu_and_mul fused with the fp8 quant after it)."
+            help="Which engines (comma-separated, run alternating): off (no plugin), on (the plugin's "
+            "defaults: Helion GEMMs only, vLLM's norm/activation/quant layers fused by Inductor), gemm "
+            "(Helion GEMMs only, explicit HL_AUX_KERNELS=none), aux (Helion GEMMs and aux kernels: "
+            "HL_AUX_KERNELS=all), fused (HL_AUX_FUSION=1: the aux kernels, each norm / silu_and_mul "
+            "fused with the fp8 quant after it)."
         ),
     ] = "off,on",
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")] = 0.6,
@@ -443,10 +445,11 @@ def e2e(
 ) -> None:
     """Output tokens/s and per-token latency of a real vLLM engine (dummy weights from the model's
     config.json) with and without the plugin, at each concurrency; engine start-up time with cold
-    and warm compile caches. `--plugins off,on,gemm` adds engines with Helion's GEMMs alone
-    (HL_AUX_KERNELS=none), to set the aux kernels' effect against Inductor's fused norm+quant;
-    `fused` (e.g. `--plugins off,on,gemm,fused`) engines with hlvllm's aux fusion pass
-    (HL_AUX_FUSION=1), one launch per norm (activation) + fp8 quant pair.
+    and warm compile caches. `on` is the plugin's defaults (Helion GEMMs only); `--plugins off,on,aux`
+    adds engines with Helion's aux kernels too (HL_AUX_KERNELS=all), to set their effect against
+    Inductor's fused norm+quant; `gemm` engines with an explicit HL_AUX_KERNELS=none; `fused` (e.g.
+    `--plugins off,on,aux,fused`) engines with hlvllm's aux fusion pass (HL_AUX_FUSION=1, which turns
+    the aux kernels on), one launch per norm (activation) + fp8 quant pair.
 
     Each engine runs in its own process (`python -m hltools.e2e worker`), max_num_seqs 32, prefix
     caching off, fixed input/output lengths, greedy. Writes `e2e-<model>-<format>.{json,csv,md}` and

@@ -7,20 +7,25 @@ downloaded) and starts one *worker* process per engine run (``python -m hltools.
 round, the settings alternating, for ``rounds`` rounds:
 
 * ``off``: ``VLLM_PLUGINS=`` (no plugin loaded), vLLM as it ships;
-* ``on``: ``HL_LINEAR_BACKEND=helion``, Helion GEMMs and Helion's auxiliary kernels (RMSNorm,
-  SiluAndMul, QuantFP8; a ``HL_AUX_KERNELS`` the user set is kept);
-* ``gemm``: ``HL_LINEAR_BACKEND=helion`` with ``HL_AUX_KERNELS=none``: Helion GEMMs only, vLLM's own
-  norm, activation and quant layers (which vLLM's torch.compile lets Inductor fuse). ``on`` next to
-  ``gemm`` measures what the aux kernels add or cost end to end (they replace Inductor's fused
-  norm+quant with more, separate kernel launches per decode step);
-* ``fused``: ``on`` plus ``HL_AUX_FUSION=1``: hlvllm's graph pass (:mod:`hlvllm.aux_fusion`) fuses
-  each aux norm / silu_and_mul with the per-token fp8 quant after it into one kernel launch, as
-  Inductor's fusion does for ``gemm``; ``fused`` next to ``on`` and ``gemm`` measures what the fusion
-  recovers. Only ``fused`` carries ``HL_AUX_FUSION`` (the other settings drop an inherited one).
+* ``on``: ``HL_LINEAR_BACKEND=helion``, the plugin's defaults: Helion GEMMs only (``HL_AUX_KERNELS``
+  defaults to none: vLLM's own norm, activation and quant layers, which vLLM's torch.compile lets
+  Inductor fuse; a ``HL_AUX_KERNELS`` the user set is kept);
+* ``gemm``: ``HL_LINEAR_BACKEND=helion`` with an explicit ``HL_AUX_KERNELS=none``: Helion GEMMs only
+  whatever the user set (the same engine as ``on`` by default);
+* ``aux``: ``HL_LINEAR_BACKEND=helion`` with ``HL_AUX_KERNELS=all``: Helion GEMMs and Helion's
+  auxiliary kernels (RMSNorm, SiluAndMul, QuantFP8; what ``on`` ran before they were off by
+  default). ``aux`` next to ``on`` / ``gemm`` measures what the aux kernels add or cost end to end
+  (they replace Inductor's fused norm+quant with more, separate kernel launches per decode step);
+* ``fused``: ``HL_LINEAR_BACKEND=helion`` and ``HL_AUX_FUSION=1``, which turns the aux kernels on
+  (unless ``HL_AUX_KERNELS`` is set): hlvllm's graph pass (:mod:`hlvllm.aux_fusion`) fuses each aux
+  norm / silu_and_mul with the per-token fp8 quant after it into one kernel launch, as Inductor's
+  fusion does for ``on``; ``fused`` next to ``aux`` and ``on`` measures what the fusion recovers.
+  Only ``fused`` carries ``HL_AUX_FUSION`` (the other settings drop an inherited one).
 
-``gemm`` and ``fused`` are the *extra settings* (:data:`EXTRA_SETTINGS`, in that order): each adds
-summary keys and CSV columns ending in ``_<name>`` (after the ``off``/``on`` ones; empty without its
-runs) and, only where it ran, columns in the markdown and the terminal table and series in the PNG.
+``gemm``, ``aux`` and ``fused`` are the *extra settings* (:data:`EXTRA_SETTINGS`, in that order):
+each adds summary keys and CSV columns ending in ``_<name>`` (after the ``off``/``on`` ones; empty
+without its runs) and, only where it ran, columns in the markdown and the terminal table and series
+in the PNG.
 
 Round 0 starts from empty compile caches
 (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HELION_CACHE_DIR`` and,
@@ -39,7 +44,7 @@ concurrency ``c``: ``c`` random prompts of ``input_len`` tokens (the same in eve
 ``output_len`` output tokens. Output tokens/s = ``c * output_len / median(t_full)``; per-token
 latency (TPOT) = ``(median(t_full) - median(t_one)) / (output_len - 1)``; TTFT ~ ``median(t_one)``.
 It also records the kernels vLLM chose per layer, greedy tokens of 4 short prompts (agreement
-between the runs) and, with the plugin (``on``, ``gemm``, ``fused``), which sizes were captured
+between the runs) and, with the plugin (``on``, ``gemm``, ``aux``, ``fused``), which sizes were captured
 into CUDA graphs with Helion: rank 0's under ``kernels`` / ``captured``, every tensor-parallel
 rank's under ``kernels_by_rank`` / ``captured_by_rank`` (``llm.apply_model`` runs in each rank);
 :func:`summarize` counts the ranks where Helion was active.
@@ -91,8 +96,9 @@ class ExtraSetting:
         return " ".join(f"{k}={v}" for k, v in self.env.items())
 
 
-#: The extra settings, in column order: ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``),
-#: ``fused`` ``on`` with hlvllm's aux fusion pass (``HL_AUX_FUSION=1``).
+#: The extra settings, in column order: ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``, explicit),
+#: ``aux`` Helion GEMMs and aux kernels (``HL_AUX_KERNELS=all``), ``fused`` the aux kernels with
+#: hlvllm's aux fusion pass (``HL_AUX_FUSION=1``, which implies them unless ``HL_AUX_KERNELS`` is set).
 EXTRA_SETTINGS: dict[str, ExtraSetting] = {
     s.name: s
     for s in (
@@ -103,18 +109,24 @@ EXTRA_SETTINGS: dict[str, ExtraSetting] = {
             "Helion GEMMs, `HL_AUX_KERNELS=none` (vLLM's norm/activation/quant layers, fused by Inductor)",
         ),
         ExtraSetting(
+            "aux",
+            {"HL_AUX_KERNELS": "all"},
+            "GEMM+aux",
+            "Helion GEMMs and aux kernels, `HL_AUX_KERNELS=all` (Helion's RMSNorm, SiluAndMul, QuantFP8)",
+        ),
+        ExtraSetting(
             "fused",
             {"HL_AUX_FUSION": "1"},
             "fused aux",
-            "as hlvllm, with `HL_AUX_FUSION=1` (each aux norm / silu_and_mul fused with the fp8 quant "
-            "after it, one launch per pair)",
+            "Helion GEMMs and aux kernels with `HL_AUX_FUSION=1` (each aux norm / silu_and_mul fused "
+            "with the fp8 quant after it, one launch per pair)",
             exclusive=True,
         ),
     )
 }
-#: Plugin settings (see the module docstring): ``off`` no plugin, ``on`` Helion GEMMs and aux
-#: kernels, then :data:`EXTRA_SETTINGS`: ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``),
-#: ``fused`` ``on`` with ``HL_AUX_FUSION=1``.
+#: Plugin settings (see the module docstring): ``off`` no plugin, ``on`` the plugin's defaults (Helion
+#: GEMMs only), then :data:`EXTRA_SETTINGS`: ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``),
+#: ``aux`` Helion GEMMs and aux kernels (``HL_AUX_KERNELS=all``), ``fused`` ``HL_AUX_FUSION=1``.
 PLUGINS = ("off", "on", *EXTRA_SETTINGS)
 #: What runs when no settings are named (``--plugins off,on``).
 DEFAULT_PLUGINS = ("off", "on")
@@ -347,8 +359,9 @@ def worker_env(
     (and :data:`TP_ENV` ones for ``tensor_parallel_size > 1``), the compile-cache directories under
     ``cache`` (with ``kernel_cache``, hlcore's ``HL_KERNEL_CACHE_DIR`` too; without, that variable is
     removed), and the plugin switch (:func:`set_plugin`): ``on`` sets ``HL_LINEAR_BACKEND=helion``,
-    ``gemm`` that and ``HL_AUX_KERNELS=none``, ``fused`` that and ``HL_AUX_FUSION=1``, ``off`` sets
-    ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops ``HL_LINEAR_BACKEND``."""
+    ``gemm`` that and ``HL_AUX_KERNELS=none``, ``aux`` that and ``HL_AUX_KERNELS=all``, ``fused`` that
+    and ``HL_AUX_FUSION=1``, ``off`` sets ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops
+    ``HL_LINEAR_BACKEND``."""
     env = dict(os.environ if base is None else base)
     default_env(env, tensor_parallel_size)
     for var, sub in CACHE_VARS.items():
@@ -363,11 +376,13 @@ def worker_env(
 
 def set_plugin(env: MutableMapping[str, str], plugin: str) -> None:
     """The plugin switch in ``env``: ``on`` -> ``HL_LINEAR_BACKEND=helion`` (and no empty
-    ``VLLM_PLUGINS``; a ``HL_AUX_KERNELS`` already set is kept); an extra setting
-    (:data:`EXTRA_SETTINGS`) -> the same and its variables: ``gemm`` ``HL_AUX_KERNELS=none`` (Helion
-    GEMMs only), ``fused`` ``HL_AUX_FUSION=1`` (a user's ``HL_AUX_KERNELS`` kept); ``off`` ->
-    ``VLLM_PLUGINS=`` and no ``HL_LINEAR_BACKEND``. Every setting but ``fused`` removes an inherited
-    ``HL_AUX_FUSION`` (:data:`EXCLUSIVE_ENV`)."""
+    ``VLLM_PLUGINS``; ``HL_AUX_KERNELS`` is not set, so the plugin's default, no aux kernel, applies;
+    a value already set is kept); an extra setting (:data:`EXTRA_SETTINGS`) -> the same and its
+    variables: ``gemm`` ``HL_AUX_KERNELS=none`` (Helion GEMMs only), ``aux`` ``HL_AUX_KERNELS=all``
+    (Helion GEMMs and aux kernels), ``fused`` ``HL_AUX_FUSION=1`` (the aux kernels with it, unless a
+    user's ``HL_AUX_KERNELS`` says otherwise: kept); ``off`` -> ``VLLM_PLUGINS=`` and no
+    ``HL_LINEAR_BACKEND``. Every setting but ``fused`` removes an inherited ``HL_AUX_FUSION``
+    (:data:`EXCLUSIVE_ENV`)."""
     if plugin not in PLUGINS:
         raise ValueError(f"plugin must be one of {list(PLUGINS)}; got {plugin!r}")
     for var in EXCLUSIVE_ENV:
@@ -399,12 +414,12 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Per tensor-parallel rank of a plugin run (:data:`HELION_PLUGINS`: ``on``, ``gemm``, ``fused``):
-    did it use a Helion linear kernel (a class name ``Helion...`` in ``kernels_by_rank``) and capture
-    sizes into CUDA graphs with Helion (a ``helion`` route in ``captured_by_rank``)? ``{"ranks",
-    "kernels", "captured", "active", "inactive"}`` (counts; ``inactive``: rank -> what it lacks);
-    older results without ``*_by_rank`` count rank 0 alone. None when the run holds no kernel
-    record."""
+    """Per tensor-parallel rank of a plugin run (:data:`HELION_PLUGINS`: ``on``, ``gemm``, ``aux``,
+    ``fused``): did it use a Helion linear kernel (a class name ``Helion...`` in ``kernels_by_rank``)
+    and capture sizes into CUDA graphs with Helion (a ``helion`` route in ``captured_by_rank``)?
+    ``{"ranks", "kernels", "captured", "active", "inactive"}`` (counts; ``inactive``: rank -> what it
+    lacks); older results without ``*_by_rank`` count rank 0 alone. None when the run holds no
+    kernel record."""
     kernels = run.get("kernels_by_rank")
     if kernels is None:
         if "kernels" not in run:
@@ -436,10 +451,10 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregate worker results: per concurrency, each plugin setting's tokens/s, TPOT and TTFT
     (median over rounds; ``None`` for a setting without runs) and the ratios to ``off`` (``speedup``,
     ``tpot_speedup``: ``on``; ``speedup_<name>``, ``tpot_speedup_<name>``: each extra setting,
-    ``gemm``, ``fused``); start-up times (cold = round 0, warm = median of later rounds) and their
+    ``gemm``, ``aux``, ``fused``); start-up times (cold = round 0, warm = median of later rounds) and their
     deltas to ``off`` (``delta_*``: ``on``; ``delta_<name>_*``, with that setting's runs only); greedy
     agreement of the plugin's runs with the no-plugin run of round 0; the tensor-parallel size; per
-    plugin run (``on``, ``gemm``, ``fused``), in how many ranks Helion was active
+    plugin run (``on``, ``gemm``, ``aux``, ``fused``), in how many ranks Helion was active
     (:func:`helion_ranks`); the settings present (``plugins``, in :data:`PLUGINS` order)."""
     by: dict[str, list[Mapping[str, Any]]] = {}
     for r in runs:
@@ -524,8 +539,8 @@ SUMMARY_FIELDS = (
     "tpot_speedup",
     "ttft_ms_off",
     "ttft_ms_on",
-    # per extra setting (``gemm``: Helion GEMMs only, HL_AUX_KERNELS=none; then ``fused``:
-    # HL_AUX_FUSION=1), empty without its runs
+    # per extra setting (``gemm``: Helion GEMMs only, HL_AUX_KERNELS=none; ``aux``: Helion GEMMs and
+    # aux kernels, HL_AUX_KERNELS=all; then ``fused``: HL_AUX_FUSION=1), empty without its runs
     *(
         f"{key}_{x.name}"
         for x in EXTRA_SETTINGS.values()
@@ -550,8 +565,9 @@ def write_e2e(
 
 def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
     """The e2e summary as markdown (provenance, one row per concurrency, start-up times). With runs
-    of an extra setting (:func:`extra_settings`: ``gemm``, ``fused``), columns for it (headed by its
-    label, "GEMM only", "fused aux") follow the ``off``/``on`` ones, and a legend says what each runs."""
+    of an extra setting (:func:`extra_settings`: ``gemm``, ``aux``, ``fused``), columns for it (headed
+    by its label, "GEMM only", "GEMM+aux", "fused aux") follow the ``off``/``on`` ones, and a legend
+    says what each runs."""
 
     def f(v, spec):
         return "-" if v is None else format(v, spec)
@@ -572,7 +588,7 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
     if extras:
         legend = [
             "vLLM: no plugin",
-            "hlvllm: Helion GEMMs and aux kernels (RMSNorm, SiluAndMul, QuantFP8)",
+            "hlvllm: the plugin's defaults (Helion GEMMs; vLLM's norm/activation/quant layers)",
             *(f"{x.label}: {x.about}" for x in extras),
         ]
         lines += [" · ".join(legend) + ". Speedups are tokens/s over vLLM's.", ""]
@@ -618,7 +634,7 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
 
 def helion_line(helion: Mapping[str, Mapping[str, Any]]) -> str:
     """One sentence from ``summarize()["helion_ranks"]``: per plugin run (``on-r0``, ``gemm-r0``,
-    ``fused-r0``, ...), in how many ranks Helion was active (a Helion linear kernel and sizes
+    ``aux-r0``, ``fused-r0``, ...), in how many ranks Helion was active (a Helion linear kernel and sizes
     captured into CUDA graphs with it), and what the other ranks lack."""
     parts = []
     for name, h in helion.items():
@@ -943,10 +959,10 @@ def worker_main(args: argparse.Namespace) -> int:
     throughput = measure_throughput(
         generate, lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c), options
     )
-    helion_on = args.plugin in HELION_PLUGINS  # on, gemm and fused load the plugin with Helion GEMMs
+    helion_on = args.plugin in HELION_PLUGINS  # on, gemm, aux and fused load the plugin with Helion GEMMs
     captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if helion_on else []
     captured = captured_by_rank[0] if captured_by_rank else {}
-    # gemm (HL_AUX_KERNELS=none) records them too: it should show no aux op on Helion's path
+    # on and gemm (no aux kernel) record them too: they should show no aux op on Helion's path
     aux_by_rank = list(llm.apply_model(rank_fns.aux_capture_counts)) if helion_on else []
     v = versions()
     result = {
@@ -1002,7 +1018,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--plugin",
         choices=PLUGINS,
         required=True,
-        help="off, on, gemm (Helion GEMMs only, no aux kernels) or fused (on with HL_AUX_FUSION=1)",
+        help="off, on (the plugin's defaults: Helion GEMMs only), gemm (Helion GEMMs only, "
+        "HL_AUX_KERNELS=none), aux (Helion GEMMs and aux kernels, HL_AUX_KERNELS=all) or fused "
+        "(HL_AUX_FUSION=1: the aux kernels fused with the fp8 quant)",
     )
     w.add_argument("--model-dir", required=True)
     w.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)))

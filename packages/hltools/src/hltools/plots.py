@@ -3,8 +3,9 @@
 * :func:`plot_kernel_speedups`: one PNG per format, the distribution of Helion's per-shape speedup
   over vLLM's default kernel (baseline µs / Helion µs; > 1 = Helion faster): a box per (model,
   layer) over the num_tokens values, every point drawn (coloured by M), the geomean as a line.
-* :func:`plot_e2e`: output tokens/s with and without the plugin vs concurrency, and their ratio (a
-  series more per extra setting with runs: ``gemm``, Helion GEMMs without the aux kernels;
+* :func:`plot_e2e`: output tokens/s with and without the plugin (its defaults: Helion GEMMs only) vs
+  concurrency, and their ratio (a series more per extra setting with runs: ``gemm``, Helion GEMMs
+  only, ``HL_AUX_KERNELS=none``; ``aux``, Helion GEMMs and aux kernels, ``HL_AUX_KERNELS=all``;
   ``fused``, the aux kernels fused with the fp8 quant, ``HL_AUX_FUSION=1``).
 
 Every plot carries GPU, versions and commit in its title. ``PlotsUnavailable`` is raised when
@@ -128,8 +129,9 @@ def plot_e2e(rows: Sequence[Mapping[str, Any]], path: Path, *, metadata: Mapping
     :func:`hltools.e2e.summarize`'s (keys ``concurrency``, ``tokens_per_s_on``, ``tokens_per_s_off``,
     ``speedup``, ``tpot_ms_on``, ``tpot_ms_off``). Rows with values of an extra setting
     (:data:`hltools.e2e.EXTRA_SETTINGS`; ``tokens_per_s_<name>``, ``speedup_<name>``,
-    ``tpot_ms_<name>``: ``gemm``, Helion GEMMs only, ``HL_AUX_KERNELS=none``; ``fused``,
-    ``HL_AUX_FUSION=1``) add a series for it on both sides."""
+    ``tpot_ms_<name>``: ``gemm``, Helion GEMMs only, ``HL_AUX_KERNELS=none``; ``aux``, Helion GEMMs
+    and aux kernels, ``HL_AUX_KERNELS=all``; ``fused``, ``HL_AUX_FUSION=1``) add a series for it on
+    both sides."""
     from hltools.e2e import EXTRA_SETTINGS
 
     plt = _pyplot()
