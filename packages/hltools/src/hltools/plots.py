@@ -26,6 +26,7 @@ from hltools.bench import BenchResult, geomean, speedups
 #: colour), per-token latency ratio style. Settings not listed get matplotlib's next colours.
 E2E_STYLES = {
     "gemm": ("D-", "darkorange", "v--", "olive"),
+    "aux": ("s-", "teal", "^--", "slategray"),
     "fused": ("P-", "purple", "x--", "saddlebrown"),
 }
 

@@ -16,7 +16,7 @@ _registered = False
 def register() -> None:
     """Register hlvllm's torch ops and, when ``HL_LINEAR_BACKEND=helion``, put the Helion linear
     kernels first in vLLM's CUDA FP8, INT8 and block-FP8 kernel lists and replace vLLM's ``RMSNorm``,
-    ``SiluAndMul`` and ``QuantFP8`` (those named in ``HL_AUX_KERNELS``, default all) by hlvllm's
+    ``SiluAndMul`` and ``QuantFP8`` (those named in ``HL_AUX_KERNELS``; default none, all with ``HL_AUX_FUSION=1``) by hlvllm's
     subclasses (:mod:`hlvllm.aux_layers`), and add those settings to vLLM's torch.compile cache key
     (:mod:`hlvllm.compile_cache`). Safe to call any number of times."""
     global _registered
