@@ -384,6 +384,14 @@ def autotune(
     list_: Annotated[
         bool, typer.Option("--list", help="Print the keys (and which are done) and exit; needs no GPU.")
     ] = False,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            help="With --list only: mark the keys done in this GPU's file (e.g. nvidia_h200) instead of "
+            "this machine's GPU's; the file is `<output>/scaled_mm/<gpu>.json`, where without --output "
+            "the directory is the one the plugin reads ($HL_CONFIG_DIR, else the shipped configs)."
+        ),
+    ] = None,
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -391,7 +399,8 @@ def autotune(
     against the fp32 reference, CUDA-graph benchmarking), then a check of the result against the
     reference and a timing against the default config and vLLM's kernel for the format (a key where
     vLLM's kernel is faster is saved with "fallback": true). Each key is saved as soon as it is done;
-    rerunning resumes, --force retunes. Needs a CUDA GPU (except --list). Exits 1 if a key failed.
+    rerunning resumes, --force retunes. Needs a CUDA GPU (except --list; `--list --gpu nvidia_h200`
+    marks the keys that the shipped H200 file holds). Exits 1 if a key failed.
     """
     from hltools import autotune as at
 
@@ -415,14 +424,26 @@ def autotune(
         keys = at.build_keys(config, fmts, tps, tokens)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--formats/--tp") from None
+    if gpu is not None and not list_:
+        raise typer.BadParameter("only with --list (tuning runs on this machine's GPU)", param_hint="--gpu")
+    if gpu is not None and output is None:
+        from hlcore.configs import config_dir
+
+        output = config_dir()  # $HL_CONFIG_DIR, else the shipped configs
     output = output if output is not None else _default_output()
 
     backend = None if list_ else at.gpu_backend()
     if list_:
         import torch
 
-        gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-        path = at.output_path(output, gpu_name) if gpu_name else None
+        if gpu is not None:
+            gpu_name = gpu
+        else:
+            gpu_name = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        try:
+            path = at.output_path(output, gpu_name) if gpu_name else None
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--gpu") from None
         try:
             done = at.done_keys(at.load_existing(path)) if path else set()
         except at.AutotuneError as exc:
@@ -435,7 +456,9 @@ def autotune(
             table.add_row(*row)
         console.print(table)
         where = (
-            f" in {path}" if path else " (no GPU: the file is named after the GPU, so nothing is marked done)"
+            f" in {path}" + ("" if path.exists() else " (no such file yet)")
+            if path
+            else " (no GPU: the file is named after the GPU, so nothing is marked done; --gpu NAME picks one)"
         )
         console.print(f"{len(keys)} keys, {sum(at._kid(k) in done for k in keys)} done{where}")
         return

@@ -1,0 +1,68 @@
+"""``hltools autotune --list --gpu NAME`` on a CPU: the keys marked done come from NAME's config file
+(by default the shipped one), not from this machine's (absent) GPU."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from hlcore import config_store as cs
+from hlcore.configs import config_dir
+from hltools.cli import app
+
+runner = CliRunner()
+QWEN3_8B_NK = {(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)}  # qkv, o, gate_up, down (TP 1)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("HL_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("HL_MAX_HELION_SIZE", raising=False)
+
+
+def _rows(output: str) -> list[list[str]]:
+    """The table's data rows, split into cells."""
+    rows = []
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) == 6 and cells[0] in ("fp8_dynamic", "w8a8_int8", "block_fp8"):
+            rows.append(cells)
+    return rows
+
+
+def test_list_gpu_marks_the_shipped_h200_keys_done(no_gpu):
+    shipped = cs.config_file_path(cs.SCALED_MM_KERNEL, "nvidia_h200", config_dir())
+    entries = cs.read_config_file(shipped).entries
+    assert len(entries) > 100  # the shipped H200 file: Qwen3-8B / 1.7B (and more) keys in 3 formats
+    assert cs.key_id(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1)) in entries
+
+    result = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list", "--gpu", "nvidia_h200"])
+    assert result.exit_code == 0, result.output
+    rows = _rows(result.output)
+    assert len(rows) == 28  # 4 (N, K) x M in 1,2,4,8,16,24,32
+    assert {(int(r[1]), int(r[2])) for r in rows} == QWEN3_8B_NK
+    assert all(r[5] == "done" for r in rows)
+    assert ["fp8_dynamic", "6144", "4096", "1", "qkv tp1", "done"] in rows
+    summary = " ".join(result.output.split())  # the path may wrap
+    assert "28 keys, 28 done in" in summary and "nvidia_h200.json" in summary
+    assert "no such file" not in summary
+
+
+def test_list_gpu_takes_a_raw_gpu_name_and_output(no_gpu, tmp_path):
+    result = runner.invoke(
+        app,
+        ["autotune", "--model", "qwen3-8b", "--list", "--gpu", "NVIDIA H100 PCIe", "--output", str(tmp_path)],
+    )
+    assert result.exit_code == 0, result.output
+    summary = " ".join(result.output.split())
+    assert "28 keys, 0 done in" in summary and "nvidia_h100_pcie.json (no such file yet)" in summary
+    assert all(r[5] == "to tune" for r in _rows(result.output))
+
+
+def test_gpu_needs_list(no_gpu, tmp_path):
+    result = runner.invoke(
+        app, ["autotune", "--model", "qwen3-8b", "--gpu", "nvidia_h200", "--output", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--gpu" in result.output and "only with --list" in " ".join(result.output.split())
+    assert list(tmp_path.iterdir()) == []
