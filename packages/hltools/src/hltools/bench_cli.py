@@ -483,7 +483,8 @@ def e2e(
     if dry_run:
         console.print(
             f"{len(specs)} engine runs of {model} ({cfg['num_hidden_layers']} layers, {fmt}, TP "
-            f"{tensor_parallel_size}); model dir {output / stem / 'model'}; in this order:"
+            f"{tensor_parallel_size}); model dir {output / stem / 'model'} (written by the real run, not by "
+            "--dry-run); in this order:"
         )
         for s in specs:
             cmd = e.worker_command(sys.executable, output / stem / "model", s.plugin, options, s.out)
