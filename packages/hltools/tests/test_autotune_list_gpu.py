@@ -1,6 +1,8 @@
 """``hltools autotune --list --gpu NAME`` on a CPU: the keys marked done come from NAME's config file
 (by default the shipped one), not from this machine's (absent) GPU."""
 
+import json
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -11,6 +13,8 @@ from hltools.cli import app
 
 runner = CliRunner()
 QWEN3_8B_NK = {(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)}  # qkv, o, gate_up, down (TP 1)
+DECODE_M = (1, 2, 4, 8, 16, 24, 32)
+FALLBACK = "done (fallback: vLLM's kernel)"
 
 
 @pytest.fixture
@@ -36,15 +40,31 @@ def test_list_gpu_marks_the_shipped_h200_keys_done(no_gpu):
     assert len(entries) > 100  # the shipped H200 file: Qwen3-8B / 1.7B (and more) keys in 3 formats
     assert cs.key_id(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1)) in entries
 
+    # The Qwen3-8B fp8 keys the file marks "fallback": true, read from the JSON itself.
+    items = json.loads(shipped.read_text())
+    marked = {
+        (item["key"]["n"], item["key"]["k"], item["key"]["m"])
+        for item in items
+        if "key" in item
+        and item.get("fallback") is True
+        and item["key"].get("format") == "fp8_dynamic"
+        and (item["key"]["n"], item["key"]["k"]) in QWEN3_8B_NK
+        and item["key"]["m"] in DECODE_M
+    }
+    assert 0 < len(marked) < 28  # some keys lose to vLLM's kernel, not all
+
     result = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list", "--gpu", "nvidia_h200"])
     assert result.exit_code == 0, result.output
     rows = _rows(result.output)
     assert len(rows) == 28  # 4 (N, K) x M in 1,2,4,8,16,24,32
     assert {(int(r[1]), int(r[2])) for r in rows} == QWEN3_8B_NK
-    assert all(r[5] == "done" for r in rows)
-    assert ["fp8_dynamic", "6144", "4096", "1", "qkv tp1", "done"] in rows
+    for r in rows:
+        expected = FALLBACK if (int(r[1]), int(r[2]), int(r[3])) in marked else "done"
+        assert r[5] == expected, r
+    assert sum(r[5] == FALLBACK for r in rows) == len(marked)
     summary = " ".join(result.output.split())  # the path may wrap
-    assert "28 keys, 28 done in" in summary and "nvidia_h200.json" in summary
+    assert f"28 keys, 28 done ({len(marked)} of them fallback: vLLM's kernel runs there) in" in summary
+    assert "nvidia_h200.json" in summary
     assert "no such file" not in summary
 
 
@@ -66,3 +86,28 @@ def test_gpu_needs_list(no_gpu, tmp_path):
     assert result.exit_code == 2, result.output
     assert "--gpu" in result.output and "only with --list" in " ".join(result.output.split())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_list_marks_a_fallback_key_in_any_file(no_gpu, tmp_path):
+    """A hand-written file: one plain key, one marked "fallback": true, the rest to tune."""
+    path = cs.config_file_path(cs.SCALED_MM_KERNEL, "nvidia_h100_pcie", tmp_path)
+    path.parent.mkdir(parents=True)
+    config = {"block_sizes": [16, 64, 128], "num_warps": 4, "num_stages": 2, "split_k": 1, "swap_ab": True}
+    cs.write_json_atomic(
+        path,
+        [
+            {"key": cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1), "config": config},
+            {"key": cs.scaled_mm_key("fp8_dynamic", 4096, 12288, 2), "config": config, "fallback": True},
+        ],
+    )
+    result = runner.invoke(
+        app,
+        ["autotune", "--model", "qwen3-8b", "--list", "--gpu", "nvidia_h100_pcie", "--output", str(tmp_path)],
+    )
+    assert result.exit_code == 0, result.output
+    status = {(int(r[1]), int(r[2]), int(r[3])): r[5] for r in _rows(result.output)}
+    assert status[(6144, 4096, 1)] == "done"
+    assert status[(4096, 12288, 2)] == FALLBACK
+    assert sum(s == "to tune" for s in status.values()) == 26
+    summary = " ".join(result.output.split())
+    assert "28 keys, 2 done (1 of them fallback: vLLM's kernel runs there) in" in summary

@@ -206,6 +206,12 @@ def done_keys(existing: ConfigFile | None) -> set:
     return set() if existing is None else set(existing.entries)
 
 
+def fallback_keys(existing: ConfigFile | None) -> set:
+    """The done keys marked ``"fallback": true`` (their tuned config lost to vLLM's kernel, which the
+    plugin runs there instead)."""
+    return set() if existing is None else {kid for kid, e in existing.entries.items() if e.fallback}
+
+
 def run_autotune(
     keys: Sequence[TuneKey],
     path: Path,
@@ -455,9 +461,21 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
     return result
 
 
-def keys_table_rows(keys: Iterable[TuneKey], done: set) -> list[tuple[str, ...]]:
+#: The ``--list`` status of a done key marked ``"fallback": true``.
+FALLBACK_STATUS = "done (fallback: vLLM's kernel)"
+
+
+def key_status(key: TuneKey, done: set, fallback: set = frozenset()) -> str:
+    """``--list``'s status of ``key``: ``to tune``, ``done`` or :data:`FALLBACK_STATUS`."""
+    kid = _kid(key)
+    if kid not in done:
+        return "to tune"
+    return FALLBACK_STATUS if kid in fallback else "done"
+
+
+def keys_table_rows(keys: Iterable[TuneKey], done: set, fallback: set = frozenset()) -> list[tuple[str, ...]]:
     return [
-        (k.fmt, str(k.n), str(k.k), str(k.m), ", ".join(k.layers), "done" if _kid(k) in done else "to tune")
+        (k.fmt, str(k.n), str(k.k), str(k.m), ", ".join(k.layers), key_status(k, done, fallback))
         for k in keys
     ]
 

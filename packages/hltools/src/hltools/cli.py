@@ -382,7 +382,12 @@ def autotune(
     ] = None,
     force: Annotated[bool, typer.Option(help="Retune keys that are already in the file.")] = False,
     list_: Annotated[
-        bool, typer.Option("--list", help="Print the keys (and which are done) and exit; needs no GPU.")
+        bool,
+        typer.Option(
+            "--list",
+            help='Print the keys (and which are done; a done key marked "fallback": true runs vLLM\'s '
+            "kernel) and exit; needs no GPU.",
+        ),
     ] = False,
     gpu: Annotated[
         str | None,
@@ -445,14 +450,15 @@ def autotune(
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--gpu") from None
         try:
-            done = at.done_keys(at.load_existing(path)) if path else set()
+            existing = at.load_existing(path) if path else None
         except at.AutotuneError as exc:
             console.print(f"[yellow]{exc}")
-            done = set()
+            existing = None
+        done, fallback = at.done_keys(existing), at.fallback_keys(existing)
         table = Table(title=f"autotune keys for {model} (tp {','.join(map(str, tps))})")
         for col in ("format", "N", "K", "M", "layers", "status"):
             table.add_column(col, justify="right" if col in ("N", "K", "M") else "left")
-        for row in at.keys_table_rows(keys, done):
+        for row in at.keys_table_rows(keys, done, fallback):
             table.add_row(*row)
         console.print(table)
         where = (
@@ -460,7 +466,9 @@ def autotune(
             if path
             else " (no GPU: the file is named after the GPU, so nothing is marked done; --gpu NAME picks one)"
         )
-        console.print(f"{len(keys)} keys, {sum(at._kid(k) in done for k in keys)} done{where}")
+        n_fallback = sum(at._kid(k) in fallback for k in keys)
+        marked = f" ({n_fallback} of them fallback: vLLM's kernel runs there)" if n_fallback else ""
+        console.print(f"{len(keys)} keys, {sum(at._kid(k) in done for k in keys)} done{marked}{where}")
         return
     if backend is None:
         console.print(
