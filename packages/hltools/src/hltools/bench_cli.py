@@ -1,5 +1,6 @@
 """``hltools bench``: ``kernels`` (Helion vs vLLM's default kernels, per shape), ``e2e`` (a vLLM
-engine with and without the plugin) and ``report`` (tables and plots again from saved results).
+engine with and without the plugin), ``report`` (tables and plots again from saved results) and
+``gap`` (where Helion misses a target speedup in ``kernels`` results, and what it would need).
 
 Mounted on the main app by :mod:`hltools.cli`. Heavy imports (torch, helion, vLLM, matplotlib)
 happen inside the commands, so ``--help`` is fast.
@@ -23,7 +24,8 @@ from hltools.shapes import load_model_config
 
 bench_app = typer.Typer(
     help="Benchmarks: Helion vs vLLM's default kernels per shape (`kernels`), a vLLM engine with and "
-    "without the plugin (`e2e`), tables and plots from saved results (`report`).",
+    "without the plugin (`e2e`), tables and plots from saved results (`report`), where Helion misses a "
+    "target speedup and what it would need (`gap`).",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
@@ -434,9 +436,10 @@ def e2e(
     hl_kernel_cache: Annotated[
         bool,
         typer.Option(
-            help="Give the plugin's engines hlcore's kernel cache (HL_KERNEL_CACHE_DIR under the output "
-            "directory, emptied with the other caches before round 1), so warm rounds load Helion's "
-            "generated code instead of generating it again."
+            help="Give every engine its own hlcore kernel cache (HL_KERNEL_CACHE_DIR under the output "
+            "directory, emptied with the other caches before round 1; off's engine loads no plugin, so "
+            "only the plugin's engines use it), so warm rounds load Helion's generated code instead of "
+            "generating it again. --no-hl-kernel-cache removes HL_KERNEL_CACHE_DIR from every engine."
         ),
     ] = True,
     dry_run: Annotated[
@@ -633,12 +636,12 @@ def gap(
     ] = None,
     points: Annotated[bool, typer.Option(help="Print the per-point tables too.")] = False,
 ) -> None:
-    """Where Helion misses `--target`x over vLLM's default kernel, and what it would need
+    """Where Helion misses the --target speedup over vLLM's default kernel, and what it would need
     (`hltools.bench_gap`). Per point timed for both: bytes moved (`bench.gemm_bytes`), the copy-bandwidth
     floor bytes / copy BW, the time needed vLLM / target, and the verdict: met, needs X µs less fixed
     cost, or beyond copy bandwidth (no kernel reaches the target). Per file and format: geomean, as
     dispatched (slower keys 1.0), the floor-limited best geomean, median % of copy bandwidth for weights
-    >= 16 MiB, verdict counts; per format a fit t = bytes / BW_eff + c for Helion and vLLM. Needs no
+    of at least 16 MiB, verdict counts; per format a fit t = bytes / BW_eff + c for Helion and vLLM. Needs no
     GPU. Exits 1 when a file cannot be read or holds no Helion/vLLM pair."""
     from hltools import bench_gap as g
 
