@@ -22,10 +22,6 @@
 # ci/gpu/setup.sh):  LIMIT=s bash ci/gpu/runs/2026-12-01.sh T|G|K|E2|G1|E1|E1B
 set -u
 phase=$1
-RES=${RES:-/tmp/gpu-runs}
-O=$RES/$phase
-START=$(date +%s)
-LIMIT=${LIMIT:-540}
 source "$(dirname "$0")/phase-lib.sh"
 gpu_tests() { # the autotune test first (issue 4; ~150 s with its 2-minute search budget)
     run gpu-tests 330 python3 -m nox -s gpu_tests -- packages/hltools/tests/gpu/test_autotune_gpu.py \
@@ -56,14 +52,7 @@ compile_modes() { # issue 7: 4-layer Qwen3-8B-dims engines, four at a time on th
     done
     grep -E "^mode |batch|E2E" "$O/modes.txt" | tee -a "$O/lanes.txt"
 }
-e2e() { # e2e NAME MODEL FORMAT ROUNDS [more hltools bench e2e args]
-    local name=$1 model=$2 fmt=$3 rounds=$4; shift 4
-    run "$name" python3 -m hltools bench e2e --model "$model" --format "$fmt" --rounds "$rounds" \
-        --repeats 5 --output "$O/$name" --timeout 240 "$@"
-}
-mkdir -p "$O"
-nvidia-smi --query-gpu=index,name,memory.used,clocks.max.sm --format=csv >"$O/gpus.csv"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+phase_begin
 case $phase in
 T)
     e2e e2e-8b-fp8-tp2 qwen3-8b fp8_dynamic 1 --tensor-parallel-size 2 --concurrency 1,8 --plugins off,on,gemm
@@ -89,10 +78,6 @@ E2)
     wait
     ;;
 K)
-    kb() { # kb NAME MODELS FORMATS
-        run "$1" python3 -m hltools bench kernels --model "$2" --formats "$3" --no-plots --jobs 8 \
-            --output "$O/$1"
-    }
     ( export CUDA_VISIBLE_DEVICES=0; kb kernels-32b qwen3-32b fp8_dynamic,w8a8_int8,block_fp8 ) &
     ( # GPU 1: the block shapes, then the aux pairs: Helion (2 launches / fused) vs Inductor vs vLLM
         export CUDA_VISIBLE_DEVICES=1
@@ -126,10 +111,4 @@ E1B)
     ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
-echo "phase $phase done in $(($(date +%s) - START)) s" | tee -a "$O/lanes.txt"
-cat "$O/lanes.txt"
-for f in "$O"/*/e2e-*.md; do [ -f "$f" ] && cat "$f"; done
-if [ -n "${OUT:-}" ]; then
-    tar czf "$OUT/$phase.tgz" --exclude='cache-*' --exclude='*.json.gz' --exclude=model --exclude='*.bin' -C "$RES" "$phase"
-    ls -la "$OUT"
-fi
+phase_end

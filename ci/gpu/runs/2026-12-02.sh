@@ -14,22 +14,8 @@
 #   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K
 set -u
 phase=$1
-RES=${RES:-/tmp/gpu-runs}
-O=$RES/$phase
-START=$(date +%s)
-LIMIT=${LIMIT:-540}
 source "$(dirname "$0")/phase-lib.sh"
-e2e() { # e2e NAME MODEL FORMAT ROUNDS [more hltools bench e2e args]
-    local name=$1 model=$2 fmt=$3 rounds=$4; shift 4
-    run "$name" python3 -m hltools bench e2e --model "$model" --format "$fmt" --rounds "$rounds" \
-        --repeats 5 --output "$O/$name" --timeout 240 "$@"
-}
-kb() { # kb NAME MODELS FORMATS
-    run "$1" python3 -m hltools bench kernels --model "$2" --formats "$3" --no-plots --jobs 8 --output "$O/$1"
-}
-mkdir -p "$O"
-nvidia-smi --query-gpu=index,name,memory.used,clocks.max.sm --format=csv >"$O/gpus.csv"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+phase_begin
 case $phase in
 T) e2e e2e-8b-fp8-tp2 qwen3-8b fp8_dynamic 1 --tensor-parallel-size 2 --concurrency 1,8 --plugins off,on ;;
 W)
@@ -47,10 +33,4 @@ K)
     ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
-echo "phase $phase done in $(($(date +%s) - START)) s" | tee -a "$O/lanes.txt"
-cat "$O/lanes.txt"
-for f in "$O"/*/e2e-*.md; do [ -f "$f" ] && cat "$f"; done
-if [ -n "${OUT:-}" ]; then
-    tar czf "$OUT/$phase.tgz" --exclude='cache-*' --exclude='*.json.gz' --exclude=model --exclude='*.bin' -C "$RES" "$phase"
-    ls -la "$OUT"
-fi
+phase_end

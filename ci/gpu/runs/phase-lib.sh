@@ -1,4 +1,9 @@
-# Sourced by the ci/gpu/runs/<date>.sh phase scripts (after they set O, START and LIMIT):
+# Sourced by the ci/gpu/runs/<date>.sh phase scripts after they set ``phase``: sets RES (default
+# /tmp/gpu-runs), O=$RES/$phase, START, LIMIT (default 540 s) and defines
+#   phase_begin     mkdir $O, GPU list in $O/gpus.csv, NCCL/NVSHMEM multicast off
+#   phase_end       lanes summary and e2e tables printed; $RES/$phase packed into $OUT/$phase.tgz
+#   e2e NAME MODEL FORMAT ROUNDS [hltools bench e2e args]    one bench e2e run (5 repeats, 240 s/engine)
+#   kb NAME MODELS FORMATS                                    one bench kernels run
 #   left            seconds left of the phase's LIMIT
 #   run NAME [TIMEOUT] CMD...
 #                   run CMD limited to TIMEOUT or to what is left of the phase (whichever is less;
@@ -12,4 +17,32 @@ run() {
     local t0; t0=$(date +%s)
     timeout -k 5 "$t" "$@" >"$O/$name.log" 2>&1
     echo "$name rc=$? $(($(date +%s) - t0)) s (limit $t s)" | tee -a "$O/lanes.txt"
+}
+
+RES=${RES:-/tmp/gpu-runs}
+O=$RES/$phase
+START=$(date +%s)
+LIMIT=${LIMIT:-540}
+phase_begin() {
+    mkdir -p "$O"
+    nvidia-smi --query-gpu=index,name,memory.used,clocks.max.sm --format=csv >"$O/gpus.csv"
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+}
+phase_end() {
+    echo "phase $phase done in $(($(date +%s) - START)) s" | tee -a "$O/lanes.txt"
+    cat "$O/lanes.txt"
+    for f in "$O"/*/e2e-*.md; do [ -f "$f" ] && cat "$f"; done
+    if [ -n "${OUT:-}" ]; then
+        tar czf "$OUT/$phase.tgz" --exclude='cache-*' --exclude='*.json.gz' --exclude=model --exclude='*.bin' \
+            -C "$RES" "$phase"
+        ls -la "$OUT"
+    fi
+}
+e2e() {
+    local name=$1 model=$2 fmt=$3 rounds=$4; shift 4
+    run "$name" python3 -m hltools bench e2e --model "$model" --format "$fmt" --rounds "$rounds" \
+        --repeats 5 --output "$O/$name" --timeout 240 "$@"
+}
+kb() {
+    run "$1" python3 -m hltools bench kernels --model "$2" --formats "$3" --no-plots --jobs 8 --output "$O/$1"
 }

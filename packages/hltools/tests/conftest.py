@@ -4,7 +4,10 @@
 hlcore.scaled_mm) is first imported, so it is set here, at conftest import time. Also the fake
 vLLM kernel that the tests of the loops around :mod:`hltools.providers` share."""
 
+import importlib.util
 import os
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,3 +41,20 @@ def ref_provider():
             return self.reference(a, scale_a, w)
 
     return RefProvider
+
+
+CI_GPU = Path(__file__).resolve().parents[3] / "ci" / "gpu"
+
+
+def _load_ci_gpu_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, CI_GPU / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def ci_gpu_script():
+    """``ci_gpu_script(name)`` imports ``ci/gpu/<name>.py`` (a script, not a package module) for
+    its CPU-testable parts."""
+    return _load_ci_gpu_script

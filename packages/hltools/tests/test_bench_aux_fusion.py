@@ -2,21 +2,13 @@
 against vLLM 0.26's own native implementations and hlcore's references, eager on the CPU; and its
 agreement check. The GPU benchmark itself is run by hand (docs/aux-kernels.md)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[3] / "ci" / "gpu" / "bench_aux_fusion.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_aux_fusion", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(ci_gpu_script):
+    return ci_gpu_script("bench_aux_fusion")
 
 
 def _x(m, h, seed=0, dtype=torch.bfloat16):

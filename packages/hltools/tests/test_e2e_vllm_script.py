@@ -2,7 +2,6 @@
 and every ``args.<name>`` the script reads exists on the parsed namespace (a missing option once cost a
 whole GPU compile-mode run: AttributeError before the engine started)."""
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -14,11 +13,8 @@ PHASES = ROOT / "ci" / "gpu" / "runs" / "2026-12-01.sh"
 
 
 @pytest.fixture(scope="module")
-def e2e():
-    spec = importlib.util.spec_from_file_location("e2e_vllm", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def e2e(ci_gpu_script):
+    return ci_gpu_script("e2e_vllm")
 
 
 def _phase_modes():

@@ -111,13 +111,21 @@ def test_e2e_plot_draws_a_gemm_series_when_present(tmp_path, monkeypatch):
     assert set(right) == {"tokens/s ratio", "per-token latency ratio (off / on)"}
 
 
+def _setting_rows(**settings: tuple[float, float, float]) -> list[dict]:
+    """Summary rows at concurrency 1, 2, 4, 32: off 100 tok/s per sequence, on 110 (1.1x, TPOT 5 / 4
+    ms), and per extra setting ``name=(tok/s per sequence, speedup, TPOT ms)``."""
+    rows = []
+    for c in (1, 2, 4, 32):
+        row = {"concurrency": c, "tokens_per_s_off": 100.0 * c, "tokens_per_s_on": 110.0 * c, "speedup": 1.1}
+        row |= {"tpot_ms_off": 5.0, "tpot_ms_on": 4.0}
+        for name, (per_seq, speedup, tpot) in settings.items():
+            row |= {f"tokens_per_s_{name}": per_seq * c, f"speedup_{name}": speedup, f"tpot_ms_{name}": tpot}
+        rows.append(row)
+    return rows
+
+
 def test_e2e_plot_draws_a_fused_series_when_present(tmp_path, monkeypatch):
-    rows = [
-        {"concurrency": c, "tokens_per_s_off": 100.0 * c, "tokens_per_s_on": 110.0 * c, "speedup": 1.1,
-         "tpot_ms_off": 5.0, "tpot_ms_on": 4.0, "tokens_per_s_gemm": 120.0 * c, "speedup_gemm": 1.2,
-         "tpot_ms_gemm": 2.5, "tokens_per_s_fused": 130.0 * c, "speedup_fused": 1.3, "tpot_ms_fused": 4.0}
-        for c in (1, 2, 4, 32)
-    ]  # fmt: skip
+    rows = _setting_rows(gemm=(120.0, 1.2, 2.5), fused=(130.0, 1.3, 4.0))
     left, right = _drawn(monkeypatch, rows, tmp_path / "fused.png")
     assert list(left) == [
         "vLLM (no plugin)",
@@ -150,13 +158,7 @@ def test_e2e_plot_draws_a_fused_series_when_present(tmp_path, monkeypatch):
 
 
 def test_e2e_plot_draws_the_aux_series_between_gemm_and_fused(tmp_path, monkeypatch):
-    rows = [
-        {"concurrency": c, "tokens_per_s_off": 100.0 * c, "tokens_per_s_on": 110.0 * c, "speedup": 1.1,
-         "tpot_ms_off": 5.0, "tpot_ms_on": 4.0, "tokens_per_s_gemm": 120.0 * c, "speedup_gemm": 1.2,
-         "tpot_ms_gemm": 2.5, "tokens_per_s_aux": 105.0 * c, "speedup_aux": 1.05, "tpot_ms_aux": 5.0,
-         "tokens_per_s_fused": 130.0 * c, "speedup_fused": 1.3, "tpot_ms_fused": 4.0}
-        for c in (1, 2, 4, 32)
-    ]  # fmt: skip
+    rows = _setting_rows(gemm=(120.0, 1.2, 2.5), aux=(105.0, 1.05, 5.0), fused=(130.0, 1.3, 4.0))
     left, right = _drawn(monkeypatch, rows, tmp_path / "aux.png")
     assert list(left) == [
         "vLLM (no plugin)",
