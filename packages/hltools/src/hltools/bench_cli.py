@@ -25,7 +25,8 @@ from hltools.shapes import load_model_config
 bench_app = typer.Typer(
     help="Benchmarks: Helion vs vLLM's default kernels per shape (`kernels`), a vLLM engine with and "
     "without the plugin (`e2e`), tables and plots from saved results (`report`), where Helion misses a "
-    "target speedup and what it would need (`gap`).",
+    "target speedup and what it would need (`gap`), how far the aux kernels' generic configs are from the best "
+    "per shape in a saved config sweep (`aux-configs`).",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="markdown",
@@ -680,3 +681,44 @@ def gap(
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(g.markdown(rows, summaries, fits, target, _command(), sources))
         console.print(f"wrote {markdown}")
+
+
+@bench_app.command("aux-configs")
+def aux_configs(
+    sweep: Annotated[
+        Path,
+        typer.Argument(
+            help="`sweep_aux_configs.json` (or `.json.gz`) written by `ci/gpu/sweep_aux_configs.py` on a GPU."
+        ),
+    ],
+    tolerance: Annotated[
+        float,
+        typer.Option(
+            min=0.0, help="A derived config set may be this much slower than the best (0.05 = 5 %)."
+        ),
+    ] = 0.05,
+) -> None:
+    """How far the aux kernels' generic configs are from the best per shape (`hltools.aux_sweep`): from a
+    saved sweep that timed every config of each kernel's set and vLLM's op over hidden sizes x num_tokens
+    (measured on a GPU with `ci/gpu/sweep_aux_configs.py`), re-derive per kernel the smallest set within
+    --tolerance of the per-shape best and its rule (num_tokens, hidden) -> config, the picked config's
+    slowdown against the best (geomean, max and where) and the speedups over vLLM's op. Needs no GPU.
+    Exits 1 when the file cannot be read or holds no timings."""
+    import gzip
+    import json
+
+    from hltools import aux_sweep
+
+    console = _console()
+    try:
+        opener = gzip.open if sweep.suffix == ".gz" else open
+        with opener(sweep, "rt") as f:
+            records = json.load(f).get("results") or []
+    except (OSError, ValueError, AttributeError) as exc:
+        console.print(f"[bold red]{sweep}: not a sweep_aux_configs.json ({exc})")
+        raise typer.Exit(1) from None
+    if not records:
+        console.print(f"[bold red]{sweep}: no timings (its 'results' list is empty)")
+        raise typer.Exit(1)
+    for line in aux_sweep.summary_lines(aux_sweep.analyze(records, tolerance=tolerance)):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
