@@ -10,8 +10,11 @@
 #   K  issue 4: kernel benchmarks of the shipped-model shapes with no key yet (Qwen3-32B in three
 #      formats; Block_FP8 of Qwen3-4B, Qwen3-14B, Llama-3.1-8B); fold in with
 #      `hltools configs from-bench <dir>/kernels.json --config-dir configs --only-new --output configs`.
+#   P  torch-profiler traces (ci/gpu/profile_e2e.py, 8-layer Qwen3-8B FP8 engines): a 1024-token
+#      prefill and 16 decode steps at 1 sequence, plugin off / on (GEMM-only) / on + HL_AUX_FUSION=1;
+#      kernel tables in $O/off-vs-on.txt (prefill cost) and $O/on-vs-fused.txt (fused decode).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -30,6 +33,14 @@ F)
 K)
     kb kernels-32b qwen3-32b fp8_dynamic,w8a8_int8,block_fp8
     kb kernels-block qwen3-4b,qwen3-14b,llama-3.1-8b block_fp8
+    ;;
+P)
+    run prof-off 170 python3 ci/gpu/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
+    run prof-on 170 python3 ci/gpu/profile_e2e.py run --plugin on --layers 8 --out "$O/on"
+    run prof-fused 170 python3 ci/gpu/profile_e2e.py run --plugin on --aux-fusion --layers 8 --out "$O/fused"
+    python3 ci/gpu/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    python3 ci/gpu/profile_e2e.py summarize "$O/on" "$O/fused" --json "$O/on-vs-fused.json" >"$O/on-vs-fused.txt" 2>&1
+    cat "$O/off-vs-on.txt" "$O/on-vs-fused.txt"
     ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
