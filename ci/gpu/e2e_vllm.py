@@ -110,6 +110,22 @@ def aux_layer_classes(model) -> dict[str, str]:
     return out
 
 
+def engine_kwargs(args) -> dict:
+    """``vllm.LLM`` keywords of every engine these scripts start: the dummy-weight model of
+    ``--layers`` / ``--quant``, max_model_len 1024, max_num_seqs 64, seed 0, and the memory options."""
+    return {
+        "model": model_dir(args.layers, args.quant),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "dtype": "bfloat16",
+        "max_model_len": 1024,
+        "max_num_seqs": 64,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_memory_bytes": None if args.kv_cache_gib is None else int(args.kv_cache_gib * 2**30),
+        "seed": 0,
+    }
+
+
 def run(args) -> int:
     plugin_on = args.plugin == "on"
     if plugin_on:
@@ -130,20 +146,8 @@ def run(args) -> int:
     import vllm
     from vllm import LLM, SamplingParams
 
-    path = model_dir(args.layers, args.quant)
     t0 = time.perf_counter()
-    llm = LLM(
-        model=path,
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        dtype="bfloat16",
-        max_model_len=1024,
-        max_num_seqs=64,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_cache_memory_bytes=None if args.kv_cache_gib is None else int(args.kv_cache_gib * 2**30),
-        seed=0,
-        **COMPILE_MODES[args.compile],
-    )
+    llm = LLM(**engine_kwargs(args), **COMPILE_MODES[args.compile])
     startup_s = time.perf_counter() - t0
     nfilled = llm.apply_model(fill_weights)[0]
     kernels = llm.apply_model(linear_kernels)[0]

@@ -100,18 +100,7 @@ def _engine(args, profile_dir: Path):
         "capture_torch_profiler": args.capture_trace,
     }
     t0 = time.perf_counter()
-    llm = LLM(
-        model=e2e_vllm.model_dir(args.layers, args.quant),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        dtype="bfloat16",
-        max_model_len=1024,
-        max_num_seqs=64,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        kv_cache_memory_bytes=None if args.kv_cache_gib is None else int(args.kv_cache_gib * 2**30),
-        seed=0,
-        profiler_config=profiler_config,
-    )
+    llm = LLM(**e2e_vllm.engine_kwargs(args), profiler_config=profiler_config)
     startup_s = time.perf_counter() - t0
     nfilled = llm.apply_model(e2e_vllm.fill_weights)[0]
     kernels = llm.apply_model(e2e_vllm.linear_kernels)[0]
