@@ -6,6 +6,7 @@ vLLM kernel that the tests of the loops around :mod:`hltools.providers` share.""
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -58,3 +59,18 @@ def ci_gpu_script():
     """``ci_gpu_script(name)`` imports ``ci/gpu/<name>.py`` (a script, not a package module) for
     its CPU-testable parts."""
     return _load_ci_gpu_script
+
+
+def _args_missing(namespace, *sources: str, ignore=()) -> list[str]:
+    """The ``args.<name>`` that the script source text(s) read and ``namespace`` (a parsed argparse
+    namespace) lacks: a missing option fails on the GPU before the engine starts."""
+    read = set()
+    for text in sources:  # not ``args.x`` quoted in docs (`args.correlation`) or ``obj.args.x``
+        read |= set(re.findall(r"(?<![`\w.])args\.([a-z_0-9]+)", text))
+    return sorted(a for a in read - set(ignore) if not hasattr(namespace, a))
+
+
+@pytest.fixture(scope="session")
+def args_missing():
+    """``args_missing(namespace, *source_texts, ignore=...)``: see :func:`_args_missing`."""
+    return _args_missing

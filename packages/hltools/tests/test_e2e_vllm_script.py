@@ -26,15 +26,13 @@ def _phase_modes():
 
 
 @pytest.mark.parametrize("name,mode", _phase_modes())
-def test_phase_script_invocations_parse_and_cover_what_run_reads(e2e, name, mode, tmp_path):
+def test_phase_script_invocations_parse_and_cover_what_run_reads(e2e, name, mode, tmp_path, args_missing):
     argv = ["run", "--plugin", "on" if name == "fused" else name, "--compile", mode]
     argv += ["--aux-fusion"] if name == "fused" else []
     argv += ["--layers", "4", "--kv-cache-gib", "2", "--gpu-memory-utilization", "0.2"]
     args = e2e.parser().parse_args([*argv, "--out", str(tmp_path / "r.json")])
     assert args.compile == mode and args.aux_fusion is (name == "fused")
-    read = set(re.findall(r"\bargs\.([a-z_]+)", SCRIPT.read_text()))
-    compare_only = {"on", "off", "control", "repeat"}
-    missing = sorted(a for a in read - compare_only if not hasattr(args, a))
+    missing = args_missing(args, SCRIPT.read_text(), ignore={"on", "off", "control", "repeat"})  # compare's
     assert not missing, f"e2e_vllm.py reads args.{missing} that its run parser does not define"
 
 

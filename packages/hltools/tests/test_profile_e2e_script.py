@@ -3,6 +3,7 @@ one gzipped) with known kernel events, its decode-step filter, and the command l
 script and the module docstring document."""
 
 import gzip
+import inspect
 import json
 import re
 import shlex
@@ -176,15 +177,15 @@ def _documented_invocations():
     return out
 
 
-def test_documented_invocations_parse(prof):
+def test_documented_invocations_parse(prof, ci_gpu_script, args_missing):
     calls = _documented_invocations()
     assert sum(c[0] == "run" for c in calls) >= 6 and sum(c[0] == "summarize" for c in calls) >= 4
-    # the script's args.<name> reads (not the ``args.correlation`` of trace events in docstrings)
-    read = set(re.findall(r"(?<![`\w.])args\.([a-z_0-9]+)", SCRIPT.read_text()))
+    # what the script reads, and what e2e_vllm.engine_kwargs (which its run calls) reads
+    sources = SCRIPT.read_text(), inspect.getsource(ci_gpu_script("e2e_vllm").engine_kwargs)
     for argv in calls:
         args = prof.parser().parse_args(argv)
         if args.cmd == "run":
-            missing = sorted(a for a in read - {"dir", "dir2", "top", "json"} if not hasattr(args, a))
+            missing = args_missing(args, *sources, ignore={"dir", "dir2", "top", "json"})
             assert not missing, f"profile_e2e.py reads args.{missing} that its run parser does not define"
             assert args.layers == 8 and args.plugin in ("on", "off")
         else:
