@@ -372,11 +372,14 @@ def test_summarize():
     assert s["startup"]["on"] == {"cold_s": 70.0, "warm_s": 33.0} and s["startup"]["off"]["warm_s"] == 30.0
     assert s["startup"]["delta_cold_s"] == 10.0 and s["startup"]["delta_warm_s"] == pytest.approx(3.0)
     assert s["greedy_agreement"] == {"on-r0": "1/2", "on-r1": "2/2"}
+    assert s["restart_agreement"] == {"off-r1": "2/2", "on-r1": "1/2"}
     only_on = e2e.summarize([_run("on", 0, {1: 1.0}, 5.0)])
     assert only_on["rows"][0]["speedup"] is None and only_on["startup"]["delta_cold_s"] is None
     md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4, "gpu": "H200"}, s)
     assert "| 1 | 105 | 125 | 1.190 |" in md and "| cold caches | 60.0 | 70.0 | +10.0 |" in md
     assert "on-r0: 1/2" in md
+    assert "warm restart with its setting's cold run: off-r1: 2/2, on-r1: 1/2." in md
+    assert only_on["restart_agreement"] is None
     # no gemm runs: no gemm columns (empty ones in the rows / CSV), no gemm start-up deltas
     assert s["plugins"] == ["off", "on"] and not e2e.has_gemm(s)
     assert r1["tokens_per_s_gemm"] is None and r1["speedup_gemm"] is None and r1["tpot_speedup_gemm"] is None
@@ -842,7 +845,11 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
     monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "FakeGPU")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(os, "environ", {"PATH": os.environ.get("PATH", ""), "VLLM_PLUGINS": ""})
+    monkeypatch.setattr(
+        os,
+        "environ",
+        {"PATH": os.environ.get("PATH", ""), "VLLM_PLUGINS": "", "VLLM_DEEP_GEMM_WARMUP": "skip"},
+    )
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "vocab_size": 100}))
     out = tmp_path / "o.json"
     argv = ["worker", "--plugin", plugin, "--model-dir", str(tmp_path), "--out", str(out)]
@@ -860,6 +867,7 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
     assert result["env"]["HL_AUX_KERNELS"] == {"gemm": "none", "aux": "all"}.get(plugin)
     assert result["env"]["HL_AUX_FUSION"] == ("1" if plugin == "fused" else None)
     assert result["env"]["VLLM_PLUGINS"] == ("" if plugin == "off" else None)
+    assert result["env"]["VLLM_DEEP_GEMM_WARMUP"] == "skip" and result["env"]["HL_DETERMINISTIC"] is None
     assert set(result["throughput"]) == {"1", "2"} and result["greedy"] == [[*range(16)]] * 4
     if helion:
         assert e2e.helion_ranks(result)["active"] == 1

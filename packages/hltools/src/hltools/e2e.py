@@ -453,7 +453,11 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ``tpot_speedup``: ``on``; ``speedup_<name>``, ``tpot_speedup_<name>``: each extra setting,
     ``gemm``, ``aux``, ``fused``); start-up times (cold = round 0, warm = median of later rounds) and their
     deltas to ``off`` (``delta_*``: ``on``; ``delta_<name>_*``, with that setting's runs only); greedy
-    agreement of the plugin's runs with the no-plugin run of round 0; the tensor-parallel size; per
+    agreement of the plugin's runs with the no-plugin run of round 0; ``restart_agreement``: greedy
+    agreement of each warm run (round > 0) with its own setting's cold run (round 0), ``None`` with
+    one round (vLLM's kernels repeat bitwise; Helion GEMMs whose config splits K add their partial sums
+    with atomics in no fixed order, so they repeat bitwise only with ``HL_DETERMINISTIC=1``); the
+    tensor-parallel size; per
     plugin run (``on``, ``gemm``, ``aux``, ``fused``), in how many ranks Helion was active
     (:func:`helion_ranks`); the settings present (``plugins``, in :data:`PLUGINS` order)."""
     by: dict[str, list[Mapping[str, Any]]] = {}
@@ -494,6 +498,13 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 if r.get("greedy"):
                     same = sum(a == b for a, b in zip(r["greedy"], ref["greedy"], strict=False))
                     agreement[f"{p}-r{r.get('round')}"] = f"{same}/{len(ref['greedy'])}"
+    restart = {}
+    for p, rs in by.items():
+        first = next((r for r in rs if r.get("round") == 0 and r.get("greedy")), None)
+        for r in rs:
+            if first and r.get("round", 0) > 0 and r.get("greedy"):
+                same = sum(a == b for a, b in zip(r["greedy"], first["greedy"], strict=False))
+                restart[f"{p}-r{r.get('round')}"] = f"{same}/{len(first['greedy'])}"
     sizes = sorted({int(r.get("tensor_parallel_size", 1)) for r in runs}) or [1]
     helion = {}
     for p in HELION_PLUGINS:
@@ -505,6 +516,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "rows": rows,
         "startup": startup,
         "greedy_agreement": agreement,
+        "restart_agreement": restart or None,
         "tensor_parallel_size": sizes[0] if len(sizes) == 1 else sizes,
         "helion_ranks": helion,
         "plugins": [p for p in PLUGINS if p in by],
@@ -627,6 +639,9 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
             "",
             f"Greedy agreement with the no-plugin run ({AGREEMENT_PROMPTS} prompts x {AGREEMENT_TOKENS} tokens): {agree}.",
         ]
+    if summary.get("restart_agreement"):
+        agree = ", ".join(f"{k}: {v}" for k, v in summary["restart_agreement"].items())
+        lines += ["", f"Greedy agreement of each warm restart with its setting's cold run: {agree}."]
     if summary.get("helion_ranks"):
         lines += ["", helion_line(summary["helion_ranks"])]
     return "\n".join(lines) + "\n"
@@ -991,7 +1006,10 @@ def worker_main(args: argparse.Namespace) -> int:
                 "HL_AUX_KERNELS",
                 "HL_AUX_FUSION",
                 "VLLM_PLUGINS",
+                "HL_DETERMINISTIC",
                 "VLLM_USE_DEEP_GEMM",
+                "VLLM_DEEP_GEMM_WARMUP",
+                "DG_JIT_CACHE_DIR",
                 *TP_ENV,
             )
         },
