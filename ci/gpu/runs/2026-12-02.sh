@@ -10,11 +10,19 @@
 #   K  issue 4: kernel benchmarks of the shipped-model shapes with no key yet (Qwen3-32B in three
 #      formats; Block_FP8 of Qwen3-4B, Qwen3-14B, Llama-3.1-8B); fold in with
 #      `hltools configs from-bench <dir>/kernels.json --config-dir configs --only-new --output configs`.
+#   R  issue 7: does a warm restart give the cold start's outputs? 8-layer Qwen3-8B FP8 engines,
+#      2 rounds, HL_DETERMINISTIC=1 (split-K atomics make plain runs differ run to run: the W run of
+#      2026-12-01 had on-r1 agree with on-r0 in 1/4 greedy prompts, off 4/4); a second warm start-up sample.
+#   L  issue 6: Qwen3-1.7B FP8_Dynamic at full depth, off / on (W ran out of time after `off`).
+#   B  issue 6: Qwen3-8B Block_FP8 at full depth, off / on, with VLLM_DEEP_GEMM_WARMUP=skip: vLLM's
+#      default DeepGEMM warm-up JIT-compiles ~1200 GEMMs cold (> 10 min; both engines were killed at
+#      240 s in it on 2026-12-01); skipped, DeepGEMM compiles the sizes it meets (captured ones at
+#      start-up, prefill ones in the untimed warm-up generate).
 #   P  torch-profiler traces (ci/gpu/profile_e2e.py, 8-layer Qwen3-8B FP8 engines): a 1024-token
 #      prefill and 16 decode steps at 1 sequence, plugin off / on (GEMM-only) / on + HL_AUX_FUSION=1;
 #      kernel tables in $O/off-vs-on.txt (prefill cost) and $O/on-vs-fused.txt (fused decode).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P|R|L|B
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -25,6 +33,9 @@ W)
     e2e e2e-8b-fp8-warm qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1,8 --plugins off,on
     e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --concurrency 1,8,32 --plugins off,on
     ;;
+R) HL_DETERMINISTIC=1 e2e e2e-8b-fp8-restart qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1 --plugins off,on ;;
+L) e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --concurrency 1,8,32 --plugins off,on --timeout 270 ;;
+B) VLLM_DEEP_GEMM_WARMUP=skip e2e e2e-8b-block qwen3-8b block_fp8 1 --concurrency 1,8,32 --plugins off,on --timeout 270 ;;
 E) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 2 --concurrency 1,8,32 --plugins off,on ;;
 F)
     e2e e2e-8b-int8 qwen3-8b w8a8_int8 1 --concurrency 1,8,32 --plugins off,on
