@@ -5,12 +5,13 @@ import torch
 
 
 @pytest.fixture
-def hl_env(monkeypatch):
+def hl_env(monkeypatch, tmp_path_factory):
     """Enable the backend for one test and restore vLLM's FP8, INT8 and block-FP8 kernel lists, its
     out-of-tree op table (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8 when the aux kernels
     are on), its hashed env factors (``register()`` adds hlvllm's compile-cache entry) and hlvllm's
     state after. ``HL_AUX_KERNELS`` and ``HL_AUX_FUSION`` start unset (the defaults: no aux kernels);
-    a test that needs the aux layers sets ``HL_AUX_KERNELS=all``."""
+    a test that needs the aux layers sets ``HL_AUX_KERNELS=all``. ``HL_KERNEL_CACHE_DIR`` starts unset
+    with ``VLLM_CACHE_ROOT`` a temporary directory."""
     from vllm import envs
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.kernels import linear as vllm_linear
@@ -32,6 +33,11 @@ def hl_env(monkeypatch):
     monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
     monkeypatch.delenv("HL_AUX_KERNELS", raising=False)
     monkeypatch.delenv("HL_AUX_FUSION", raising=False)
+    # register() sets HL_KERNEL_CACHE_DIR (default: under VLLM_CACHE_ROOT): unset at the start, removed after,
+    # and the default under a temporary cache root, not the user's
+    monkeypatch.setenv("HL_KERNEL_CACHE_DIR", "")
+    monkeypatch.delenv("HL_KERNEL_CACHE_DIR")
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))
     monkeypatch.setattr(plugin, "_registered", False)
     get_settings.cache_clear()
     dispatch.reset()

@@ -1,6 +1,7 @@
 """The plugin against the real vLLM 0.26 package, imported on the CPU."""
 
 import importlib.metadata
+import os
 
 import torch
 
@@ -120,3 +121,49 @@ def test_vllm_chooser_picks_helion_kernel_when_supported(hl_env, graphs_on_confi
         fp8_layer_config(), vllm_linear._POSSIBLE_FP8_KERNELS, compute_capability=90
     )
     assert chosen is not HelionFP8ScaledMMLinearKernel
+
+
+def test_register_turns_the_kernel_cache_on_under_vllms_cache_root(hl_env):
+    import os
+
+    from hlvllm.plugin import register
+
+    register()
+    assert os.environ["HL_KERNEL_CACHE_DIR"] == os.path.join(os.environ["VLLM_CACHE_ROOT"], "hlcore_kernels")
+    from hlcore.kernel_cache import cache_dir_from_env
+
+    assert str(cache_dir_from_env()) == os.environ["HL_KERNEL_CACHE_DIR"]
+
+
+def test_register_leaves_the_kernel_cache_alone_when_disabled(hl_env):
+    import os
+
+    from hlvllm.plugin import register
+    from hlvllm.settings import get_settings
+
+    hl_env.delenv("HL_LINEAR_BACKEND")
+    get_settings.cache_clear()
+    register()
+    assert "HL_KERNEL_CACHE_DIR" not in os.environ
+
+
+def test_default_kernel_cache_respects_the_users_choice(tmp_path):
+    from hlvllm.plugin import default_kernel_cache
+
+    env = {"VLLM_CACHE_ROOT": str(tmp_path)}
+    assert default_kernel_cache(env) == str(tmp_path / "hlcore_kernels")
+    assert env["HL_KERNEL_CACHE_DIR"] == str(tmp_path / "hlcore_kernels")
+    assert default_kernel_cache(env) == str(tmp_path / "hlcore_kernels")  # idempotent
+    chosen = {"HL_KERNEL_CACHE_DIR": "/srv/kc", "VLLM_CACHE_ROOT": str(tmp_path)}
+    assert default_kernel_cache(chosen) == "/srv/kc" and chosen["HL_KERNEL_CACHE_DIR"] == "/srv/kc"
+    off = {"HL_KERNEL_CACHE_DIR": " ", "VLLM_CACHE_ROOT": str(tmp_path)}
+    assert default_kernel_cache(off) is None and off["HL_KERNEL_CACHE_DIR"] == " "
+    for value in ("1", "2"):
+        no_compile_cache = {"VLLM_DISABLE_COMPILE_CACHE": value, "VLLM_CACHE_ROOT": str(tmp_path)}
+        assert (
+            default_kernel_cache(no_compile_cache) is None and "HL_KERNEL_CACHE_DIR" not in no_compile_cache
+        )
+    compile_cache_on = {"VLLM_DISABLE_COMPILE_CACHE": "0", "VLLM_CACHE_ROOT": "~/vc"}
+    assert default_kernel_cache(compile_cache_on) == os.path.join(
+        os.path.expanduser("~/vc"), "hlcore_kernels"
+    )

@@ -41,7 +41,8 @@ mismatch, import error of the cached source, error of its first run) logs one wa
 line and takes Helion's normal path; a corrupt or failing entry is rewritten after that call. Not
 enabled: ``HL_KERNEL_CACHE_DIR`` unset or empty (plain Helion kernels, unchanged), ``HELION_INTERPRET=1``
 (no code generation), kernels without exactly one fixed config, with a ``key=`` function, a
-non-Triton backend, or ``print_output_code`` / ``print_repro``.
+non-Triton backend, or ``print_output_code`` / ``print_repro``. In vLLM, ``hlvllm`` sets
+``HL_KERNEL_CACHE_DIR`` to ``<VLLM_CACHE_ROOT>/hlcore_kernels`` when it is unset (``hlvllm.plugin``).
 """
 
 from __future__ import annotations

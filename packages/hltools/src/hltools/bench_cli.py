@@ -440,7 +440,7 @@ def e2e(
             help="Give every engine its own hlcore kernel cache (HL_KERNEL_CACHE_DIR under the output "
             "directory, emptied with the other caches before round 1; off's engine loads no plugin, so "
             "only the plugin's engines use it), so warm rounds load Helion's generated code instead of "
-            "generating it again. --no-hl-kernel-cache removes HL_KERNEL_CACHE_DIR from every engine."
+            "generating it again. --no-hl-kernel-cache sets HL_KERNEL_CACHE_DIR empty (off) in every engine."
         ),
     ] = True,
     dry_run: Annotated[

@@ -358,7 +358,7 @@ def worker_env(
     """The worker's environment: ``base`` (default ``os.environ``) plus :data:`BASE_ENV` defaults
     (and :data:`TP_ENV` ones for ``tensor_parallel_size > 1``), the compile-cache directories under
     ``cache`` (with ``kernel_cache``, hlcore's ``HL_KERNEL_CACHE_DIR`` too; without, that variable is
-    removed), and the plugin switch (:func:`set_plugin`): ``on`` sets ``HL_LINEAR_BACKEND=helion``,
+    set empty: off), and the plugin switch (:func:`set_plugin`): ``on`` sets ``HL_LINEAR_BACKEND=helion``,
     ``gemm`` that and ``HL_AUX_KERNELS=none``, ``aux`` that and ``HL_AUX_KERNELS=all``, ``fused`` that
     and ``HL_AUX_FUSION=1``, ``off`` sets ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops
     ``HL_LINEAR_BACKEND``."""
@@ -369,7 +369,7 @@ def worker_env(
     if kernel_cache:
         env[KERNEL_CACHE_VAR] = str(Path(cache) / "hl-kernels")
     else:
-        env.pop(KERNEL_CACHE_VAR, None)
+        env[KERNEL_CACHE_VAR] = ""  # empty: off (unset, hlvllm would use its default directory)
     set_plugin(env, plugin)
     return env
 

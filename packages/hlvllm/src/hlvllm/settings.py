@@ -9,6 +9,7 @@
 | ``HL_AUX_KERNELS`` | ``none`` (``all`` with ``HL_AUX_FUSION=1``) | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below); off by default: end to end they cost 7-9 % tokens/s on the H200 (docs/aux-kernels.md) |
 | ``HL_DETERMINISTIC`` | ``0`` | ``1``: Helion GEMMs run with ``split_k = 1`` (no atomics): bitwise repeatable results |
 | ``HL_AUX_FUSION`` | ``0`` | ``1``: a graph pass fuses each aux norm / silu_and_mul with the per-token fp8 quant after it (one launch) |
+| ``HL_KERNEL_CACHE_DIR`` | ``<VLLM_CACHE_ROOT>/hlcore_kernels`` | hlcore's cache of Helion's generated code across restarts; set by ``hlvllm.plugin.register`` when unset; empty: off |
 | ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config (one warning), ``vllm`` runs vLLM's kernel |
 """
 
