@@ -28,6 +28,10 @@ FORMATS = os.environ.get("SWEEP_FORMATS", "fp8_dynamic").split(",")
 MS = [int(x) for x in os.environ.get("SWEEP_MS", "1,8,32").split(",")]
 JOBS = int(os.environ.get("SWEEP_JOBS", "12"))
 ONLY = os.environ.get("SWEEP_ONLY")  # comma-separated candidate names
+# 1: every timed call (Helion's and vLLM's) first rewrites A with a small copy kernel, as a decode
+# step's quant kernel produces A right before the GEMM: a PDL launch then follows a non-PDL producer
+# instead of the previous GEMM of the graph.
+PRODUCER = os.environ.get("SWEEP_PRODUCER") == "1"
 
 
 def candidates(fmt: str) -> dict[str, dict]:
@@ -129,14 +133,21 @@ def _compile_job(job):
         return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def default_variants(m: int, n: int, k: int) -> dict[str, dict]:
-    """The heuristic default for M and its TMA / workspace-split-K variants (same tiles)."""
-    from hlcore.scaled_mm_config import default_scaled_mm_config
+def default_variants(m: int, n: int, k: int, fmt: str | None = None) -> dict[str, dict]:
+    """The heuristic default for M and its TMA / workspace-split-K / PDL variants (same tiles); with
+    ``fmt``, also the config hlcore picks on this GPU (the shipped key or its nearest) and its PDL
+    variant."""
+    from hlcore.scaled_mm_config import default_scaled_mm_config, pick_scaled_mm_config
 
     base = default_scaled_mm_config(m, n, k)
     out = {f"default_m{m}": base, f"default_tma_m{m}": {**base, "indexing": "tensor_descriptor"}}
     if base["split_k"] > 1:
         out[f"default_ws_m{m}"] = {**base, "split_k_workspace": True}
+    out[f"default_pdl_m{m}"] = {**base, "pdl": True}
+    if fmt is not None:
+        picked = json.loads(pick_scaled_mm_config(fmt, m, n, k, device="cuda").config_json)
+        out[f"picked_m{m}"] = picked
+        out[f"picked_pdl_m{m}"] = {**picked, "pdl": True}
     return out
 
 
@@ -153,7 +164,7 @@ def main() -> int:
     for fmt in FORMATS:
         for n, k in SHAPES:
             cfgs = list(candidates(fmt).values())
-            cfgs += [cfg for m in MS for cfg in default_variants(m, n, k).values()]
+            cfgs += [cfg for m in MS for cfg in default_variants(m, n, k, fmt).values()]
             seen = set()
             for cfg in cfgs:
                 key = json.dumps(cfg, sort_keys=True)
@@ -192,15 +203,22 @@ def main() -> int:
             bsz = d["block_size"]
             named = dict(candidates(fmt))
             for m in MS:
-                named.update(default_variants(m, n, k))
+                named.update(default_variants(m, n, k, fmt))
             for m in MS:
                 a, sa = d["a"][:m], d["scale_a"][:m]
+                a_src = a.clone()
+
+                def produce(a=a, a_src=a_src):
+                    if PRODUCER:
+                        a.copy_(a_src)
+
                 ref = scaled_mm_ref(a, ws[0][0], sa, ws[0][1], torch.bfloat16, block_size=bsz)
                 v_us = None
                 try:
                     if vllm is not None:
+                        v_calls = vllm.calls(a, vllm.prepare_scale_a(sa), prepared)
                         v_us = time_graph(
-                            vllm.calls(a, vllm.prepare_scale_a(sa), prepared), repeats=15
+                            [lambda c=c: (produce(), c())[1] for c in v_calls], repeats=15
                         ).median_us
                 except Exception as exc:  # noqa: BLE001
                     print("  provider fail", provider, str(exc)[:200], flush=True)
@@ -218,9 +236,10 @@ def main() -> int:
                             continue
                         us = time_graph(
                             [
-                                lambda b=b, s=s: scaled_mm(
-                                    a, b, sa, s, torch.bfloat16, block_size=bsz, config=cfg
-                                )
+                                lambda b=b, s=s: (
+                                    produce(),
+                                    scaled_mm(a, b, sa, s, torch.bfloat16, block_size=bsz, config=cfg),
+                                )[1]
                                 for b, s in ws
                             ],
                             repeats=15,
@@ -256,6 +275,10 @@ def main() -> int:
                     "default_us": timed.get(f"default_m{m}"),
                     "default_tma_us": timed.get(f"default_tma_m{m}"),
                     "default_ws_us": timed.get(f"default_ws_m{m}"),
+                    "default_pdl_us": timed.get(f"default_pdl_m{m}"),
+                    "picked_us": timed.get(f"picked_m{m}"),
+                    "picked_pdl_us": timed.get(f"picked_pdl_m{m}"),
+                    "producer": PRODUCER,
                     "best": best,
                     "best_us": timed[best],
                     "best_pct_bw": pct,
@@ -276,6 +299,9 @@ def main() -> int:
                                 "default_us",
                                 "default_tma_us",
                                 "default_ws_us",
+                                "default_pdl_us",
+                                "picked_us",
+                                "picked_pdl_us",
                                 "best",
                                 "best_us",
                             )

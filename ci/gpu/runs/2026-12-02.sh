@@ -18,11 +18,16 @@
 #      default DeepGEMM warm-up JIT-compiles ~1200 GEMMs cold (> 10 min; both engines were killed at
 #      240 s in it on 2026-12-01); skipped, DeepGEMM compiles the sizes it meets (captured ones at
 #      start-up, prefill ones in the untimed warm-up generate).
+#   S  issue 4: does programmatic dependent launch (the scaled_mm `pdl` tunable) cut the ~4 us fixed
+#      cost per GEMM? ci/gpu/sweep_scaled_mm.py on Qwen3-8B's four shapes x 3 formats at M 1, 8, 32:
+#      the shipped (picked) config and the heuristic default, each without and with `pdl`, vLLM's
+#      kernel beside them; every call preceded by a small producer kernel that rewrites A
+#      (SWEEP_PRODUCER=1), as the quant kernel does in a decode step. $O/sweep.json.
 #   P  torch-profiler traces (ci/gpu/profile_e2e.py, 8-layer Qwen3-8B FP8 engines): a 1024-token
 #      prefill and 16 decode steps at 1 sequence, plugin off / on (GEMM-only) / on + HL_AUX_FUSION=1;
 #      kernel tables in $O/off-vs-on.txt (prefill cost) and $O/on-vs-fused.txt (fused decode).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P|R|L|B
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P|R|L|B|S
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -36,6 +41,12 @@ W)
 R) HL_DETERMINISTIC=1 e2e e2e-8b-fp8-restart qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1 --plugins off,on ;;
 L) e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --concurrency 1,8,32 --plugins off,on --timeout 270 ;;
 B) VLLM_DEEP_GEMM_WARMUP=skip e2e e2e-8b-block qwen3-8b block_fp8 1 --concurrency 1,8,32 --plugins off,on --timeout 270 ;;
+S)
+    SWEEP_PRODUCER=1 SWEEP_ONLY=none SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
+        SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 SWEEP_BUDGET_S=$(($(left) - 90)) OUT="$O" \
+        run sweep-pdl python3 ci/gpu/sweep_scaled_mm.py
+    tail -40 "$O/sweep-pdl.log"
+    ;;
 E) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 2 --concurrency 1,8,32 --plugins off,on ;;
 F)
     e2e e2e-8b-int8 qwen3-8b w8a8_int8 1 --concurrency 1,8,32 --plugins off,on

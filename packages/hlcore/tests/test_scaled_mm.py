@@ -221,3 +221,49 @@ def test_split_k_workspace_is_used_and_left_zero(fmt):
         assert not workspace.any() and not tickets.any()
     workspace[:m, :n].fill_(1.0)  # a stale workspace would be added to the result
     assert rel_error(kernel(*args), ref) > tol
+
+
+@pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8", "block_fp8"])
+def test_pdl_matches_reference_and_emits_griddepcontrol(fmt, monkeypatch):
+    """``pdl``: the same results (in the CPU modes the config's launch flag is dropped and the
+    griddepcontrol code skipped; on a GPU, ``HL_TEST_GPU=1``, it runs for real), and the GPU code
+    waits on the previous kernel and lets the next launch in every program, launched with
+    ``launch_pdl``."""
+    import helion
+
+    from hlcore import scaled_mm as sm
+
+    if fmt == "w8a8_int8" and HELION_MODE:
+        pytest.skip("Helion's eager reference mode has no int8 matmul on the CPU (aten::mm)")
+    m, n, k = 5, 40, 384
+    out_dtype = _out_dtype(2)
+    d = generate_scaled_mm_inputs(
+        m, n, k, fmt=fmt, device=DEVICE, out_dtype=out_dtype, with_bias=True, seed=5
+    )
+    cfg = {**_config(2, True), "pdl": True}
+    out = scaled_mm(**d, config=cfg)
+    assert rel_error(out, scaled_mm_ref(**d)) <= tolerance(fmt, out_dtype)
+    text = sm.config_json(cfg, "scaled_mm")
+    assert sm.helion_config(text, gdc=1)[sm.PDL_LAUNCH_KEY] is True
+    assert sm.helion_config(text, gdc=0)[sm.PDL_LAUNCH_KEY] is False
+    assert "pdl" not in sm.helion_config(text, gdc=1)
+    plain = sm.config_json({**cfg, "pdl": False}, "scaled_mm")
+    assert sm.helion_config(plain, gdc=1)[sm.PDL_LAUNCH_KEY] is False
+    if HELION_MODE:
+        return  # no generated code to look at
+    monkeypatch.setattr(sm, "_GDC", 1)
+    args = sm.kernel_args(d["a"], d["b"], d["scale_a"], d["scale_b"], d["bias"], out_dtype, d["block_size"])
+    for pdl in (True, False):
+        config = sm.helion_config(sm.config_json({**cfg, "pdl": pdl}, "scaled_mm"), gdc=1)
+        kernel = helion.kernel(
+            sm._scaled_mm_body,
+            config=config,
+            static_shapes=False,
+            ignore_warnings=[helion.exc.TensorOperationInWrapper],
+        )
+        code = kernel.bind(args).to_triton_code(config)
+        # one compiled branch on the constexpr tunable (folded away when false), before the first load
+        assert "pdl: tl.constexpr" in code and f"pdl = {pdl}" in code
+        assert code.index("tl.extra.cuda.gdc_wait()") < code.index("tl.load")
+        assert "tl.extra.cuda.gdc_launch_dependents()" in code
+        assert f"launch_pdl={pdl})" in code

@@ -35,6 +35,15 @@ One Helion kernel body holds every algorithm variant as tunables:
 
   Either way the order of the atomics varies: results are not bitwise repeatable (use
   ``split_k=1`` where that matters).
+* ``pdl`` (bool, default False): programmatic dependent launch (sm90+). The kernel is launched
+  with Triton's ``launch_pdl`` (the Helion config key ``_triton_config_launch_pdl``, added by
+  :func:`_kernel_for`), so its programs may be scheduled while the previous kernel in the stream is
+  still finishing; every program first runs ``griddepcontrol.wait`` (``tl.extra.cuda.gdc_wait``:
+  all writes of the previous kernel are visible after it), then
+  ``griddepcontrol.launch_dependents`` (a following PDL kernel may start). What it can save is the
+  launch gap between back-to-back kernels, part of the ~4 us fixed cost per GEMM (docs/tuning.md).
+  Not in the Triton interpreter or Helion's eager mode (there the flag does nothing). Not measured
+  on a GPU yet, so no shipped config and no heuristic uses it.
 * ``swap_ab`` (bool): computes the transposed tile ``B^T @ A^T`` so the tiny M sits on the MMA's
   narrow side and N fills the 64-row wgmma side (the usual decode trick, see the Helion/vLLM
   "swap-AB" kernels).
@@ -72,6 +81,10 @@ INPUT_DTYPES = (FP8_DTYPE, torch.int8)
 BLOCK_SIZE = (128, 128)  # (N, K) weight block of block_fp8, as vLLM's weight_block_size
 FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 USER_TUNABLE_DEFAULTS = {"split_k": 1, "swap_ab": False, "split_k_workspace": False}
+#: griddepcontrol (PDL) instructions are emitted only for real GPU code: neither interpreter runs them
+_GDC = int(os.environ.get("TRITON_INTERPRET") != "1" and os.environ.get("HELION_INTERPRET") != "1")
+#: Helion passes config keys with this prefix to Triton's launcher as keyword arguments
+PDL_LAUNCH_KEY = "_triton_config_launch_pdl"
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,6 +111,9 @@ def _scaled_mm_body(
     split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
     swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
     use_workspace = hl.register_tunable("split_k_workspace", BooleanFragment())
+    # Helion hands config keys named _triton_config_<x> to Triton's launcher as <x>=value, so this one
+    # tunable both emits the griddepcontrol code and launches with launch_pdl (config key "pdl" in our files)
+    pdl = hl.register_tunable(PDL_LAUNCH_KEY, BooleanFragment())
     acc_dtype = torch.int32 if a.dtype == torch.int8 else torch.float32
     # Both branches below are traced, so the group arithmetic must not divide by zero when g = 0.
     kg = max(group_k, 1)
@@ -111,6 +127,12 @@ def _scaled_mm_body(
         else:
             out.zero_()
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
+        if (
+            pdl and _GDC == 1
+        ):  # wait for the previous kernel's writes (A, scales, split-K fill); let the next start
+            hl.inline_triton(
+                "tl.extra.cuda.gdc_wait()\ntl.extra.cuda.gdc_launch_dependents()", args=[], output_like=None
+            )
         if group_k == 0:  # one scale per row of A and per column of B: scale once, at the end
             acc = hl.zeros([tile_m, tile_n], dtype=acc_dtype)
             acc_t = hl.zeros([tile_n, tile_m], dtype=acc_dtype)
@@ -163,14 +185,22 @@ def _scaled_mm_body(
     return out
 
 
+def helion_config(config_text: str, *, gdc: int | None = None) -> helion.Config:
+    """The ``helion.Config`` for a scaled_mm config JSON: the kernel's own tunables that it leaves
+    out take the plain algorithm (:data:`USER_TUNABLE_DEFAULTS`), and our ``pdl`` key becomes the
+    kernel's ``_triton_config_launch_pdl`` tunable (griddepcontrol code + ``launch_pdl``), true only
+    where that code can run (``gdc``; default: not under an interpreter)."""
+    config = dict(helion.Config.from_json(config_text))
+    config = {**{k: v for k, v in USER_TUNABLE_DEFAULTS.items() if k not in config}, **config}
+    pdl = bool(config.pop("pdl", False) or config.pop(PDL_LAUNCH_KEY, False))
+    config[PDL_LAUNCH_KEY] = pdl and bool(_GDC if gdc is None else gdc)
+    return helion.Config(**config)
+
+
 @functools.cache
 def _kernel_for(config_text: str):
     """One ``helion.Kernel`` per config: works the same in compiled and both interpret modes."""
-    config = helion.Config.from_json(config_text)
-    # The kernel's own tunables default to the plain algorithm when a config leaves them out.
-    missing = {k: v for k, v in USER_TUNABLE_DEFAULTS.items() if k not in config}
-    if missing:
-        config = helion.Config(**{**dict(config), **missing})
+    config = helion_config(config_text)
     return local_kernel(
         helion.kernel(
             _scaled_mm_body,

@@ -79,7 +79,7 @@ def check_scaled_mm_config(config: Mapping[str, Any]) -> str | None:
     """Why ``config`` cannot be a scaled GEMM config, or None when it can.
 
     Checks what we pick (not Helion's own fields): ``block_sizes`` = ``[block_m, block_n,
-    block_k]`` powers of two, ``split_k`` a power of two in 1..256, ``swap_ab`` a bool,
+    block_k]`` powers of two, ``split_k`` a power of two in 1..256, ``swap_ab`` and ``pdl`` bools,
     ``num_warps`` a power of two, ``num_stages`` a positive int (each optional except
     ``block_sizes``)."""
     if not isinstance(config, Mapping):
@@ -90,8 +90,9 @@ def check_scaled_mm_config(config: Mapping[str, Any]) -> str | None:
     split_k = config.get("split_k", 1)
     if not _is_pow2(split_k) or split_k > 256:
         return f"split_k must be a power of two in 1..256; got {split_k!r}"
-    if not isinstance(config.get("swap_ab", False), bool):
-        return f"swap_ab must be true or false; got {config.get('swap_ab')!r}"
+    for flag in ("swap_ab", "pdl"):
+        if not isinstance(config.get(flag, False), bool):
+            return f"{flag} must be true or false; got {config.get(flag)!r}"
     if not _is_pow2(config.get("num_warps", 4)):
         return f"num_warps must be a power of two; got {config.get('num_warps')!r}"
     stages = config.get("num_stages", 1)

@@ -83,6 +83,36 @@ def test_cuda_graph_replay_equals_eager(split_k):
     assert rel_error(captured, ref2) <= TOL
 
 
+@pytest.mark.parametrize("split_k", [1, 8])
+def test_pdl_waits_for_the_kernel_that_writes_its_input(split_k):
+    """``pdl``: under CUDA-graph replay each GEMM follows the kernel that writes its activations
+    (and, the GEMM before it, a PDL launch that signals early); every output must match the
+    reference for the activations written right before it, with nothing stale. Without the
+    griddepcontrol wait such a GEMM may read A before the copy lands."""
+    cfg = {"block_sizes": [16, 64, 128], "split_k": split_k, "swap_ab": True, "num_warps": 4, "num_stages": 3}
+    cfg["pdl"] = True
+    d = generate_scaled_mm_inputs(8, 4096, 4096, device="cuda", with_bias=True, seed=7)
+    sources = [generate_scaled_mm_inputs(8, 4096, 4096, device="cuda", seed=20 + i)["a"] for i in range(6)]
+    scaled_mm(**d, config=cfg)  # compile outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        outs = []
+        for src in sources:
+            d["a"].copy_(src)
+            outs.append(scaled_mm(**d, config=cfg))
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(3):
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for src, o in zip(sources, outs, strict=True):
+            ref = scaled_mm_ref(src, d["b"], d["scale_a"], d["scale_b"], torch.bfloat16, d["bias"])
+            assert rel_error(o, ref) <= TOL
+
+
 # Qwen3-8B shapes and a TP=2 shard of Qwen3-32B's o/down projections
 FORMAT_SHAPES = [(6144, 4096), (4096, 12288), (5120, 4096), (5120, 12800)]
 
