@@ -17,7 +17,9 @@
 #   B  issue 6: Qwen3-8B Block_FP8 at full depth, off / on, with VLLM_DEEP_GEMM_WARMUP=skip: vLLM's
 #      default DeepGEMM warm-up JIT-compiles ~1200 GEMMs cold (> 10 min; both engines were killed at
 #      240 s in it on 2026-12-01); skipped, DeepGEMM compiles the sizes it meets (captured ones at
-#      start-up, prefill ones in the untimed warm-up generate).
+#      start-up, prefill ones in the untimed warm-up generate), into one JIT cache for both engines
+#      (DG_JIT_CACHE_DIR; vLLM's default is per VLLM_CACHE_ROOT, i.e. per engine here): `off` runs
+#      first and pays DeepGEMM's JIT, so this phase's start-up delta favours the plugin; not reported.
 #   S  issue 4: does programmatic dependent launch (the scaled_mm `pdl` tunable) cut the ~4 us fixed
 #      cost per GEMM? ci/gpu/sweep_scaled_mm.py on Qwen3-8B's four shapes x 3 formats at M 1, 8, 32:
 #      the shipped (picked) config and the heuristic default, each without and with `pdl`, vLLM's
@@ -40,7 +42,7 @@ W)
     ;;
 R) HL_DETERMINISTIC=1 e2e e2e-8b-fp8-restart qwen3-8b fp8_dynamic 2 --layers 8 --concurrency 1 --plugins off,on ;;
 L) e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 1 --concurrency 1,8,32 --plugins off,on --timeout 270 ;;
-B) VLLM_DEEP_GEMM_WARMUP=skip e2e e2e-8b-block qwen3-8b block_fp8 1 --concurrency 1,8,32 --plugins off,on --timeout 270 ;;
+B) VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR="$O/deep_gemm" e2e e2e-8b-block qwen3-8b block_fp8 1 --concurrency 1,8,32 --plugins off,on --timeout 270 ;;
 S)
     SWEEP_PRODUCER=1 SWEEP_ONLY=none SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
         SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 SWEEP_BUDGET_S=$(($(left) - 90)) OUT="$O" \
