@@ -25,11 +25,15 @@
 #      the shipped (picked) config and the heuristic default, each without and with `pdl`, vLLM's
 #      kernel beside them; every call preceded by a small producer kernel that rewrites A
 #      (SWEEP_PRODUCER=1), as the quant kernel does in a decode step. $O/sweep.json.
+#   A  issue 4: what does a real autotune give and cost? `hltools autotune --effort quick` of Qwen3-1.7B's
+#      four fp8 shapes at M = 8 in the phase's time (per key: Helion's search, then the check against
+#      the reference and the timing against the default config and CUTLASS); the tuned file is in
+#      $O/configs (carry it back to resume). Seconds per key: the run's summary.
 #   P  torch-profiler traces (ci/gpu/profile_e2e.py, 8-layer Qwen3-8B FP8 engines): a 1024-token
 #      prefill and 16 decode steps at 1 sequence, plugin off / on (GEMM-only) / on + HL_AUX_FUSION=1;
 #      kernel tables in $O/off-vs-on.txt (prefill cost) and $O/on-vs-fused.txt (fused decode).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P|R|L|B|S
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P|R|L|B|S|A
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -48,6 +52,10 @@ S)
         SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 SWEEP_BUDGET_S=$(($(left) - 90)) OUT="$O" \
         run sweep-pdl python3 ci/gpu/sweep_scaled_mm.py
     tail -40 "$O/sweep-pdl.log"
+    ;;
+A) run autotune-1.7b python3 -m hltools autotune --model qwen3-1.7b --formats fp8_dynamic --num-tokens 8 \
+        --effort quick --budget-minutes $((($(left) - 90) / 60)) --seed 0 --output "$O/configs"
+    tail -30 "$O/autotune-1.7b.log"
     ;;
 E) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 2 --concurrency 1,8,32 --plugins off,on ;;
 F)
