@@ -80,7 +80,7 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
     """Helion path (M <= 32) equals the fp32 reference of the layer's own quantized activations and
     block weights; M = 40 goes to vLLM's block kernel (its apply_weights, stubbed: CPU)."""
     from hlvllm import dispatch
-    from hlvllm.block_fp8_kernel import BLOCK_LAYERS, HelionFp8BlockScaledMMKernel
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel, layer_for
     from hlvllm.plugin import register
     from hlvllm.settings import get_settings
 
@@ -105,7 +105,10 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
 
     cuda_like.setattr(kernel.fallback, "apply_weights", fake_fallback)
     kernel.process_weights_after_loading(layer)
-    assert kernel.layer_id is not None and BLOCK_LAYERS[kernel.layer_id][1] is layer
+    assert kernel.registered and layer_for(layer.weight) == (kernel, layer)
+    assert layer_for(layer.weight.view(n, k))[1] is layer  # found by storage, not by object
+    with pytest.raises(KeyError, match=r"no Block_FP8 layer holds the weight at .*shape \(200, 300\)"):
+        layer_for(w_q.clone())
     x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
     bias = torch.randn(n, generator=gen).to(torch.bfloat16)
     out = kernel.apply_weights(layer, x, bias)
@@ -117,3 +120,59 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
     path = "helion" if m <= 32 else "fallback"
     assert dispatch.DISPATCH_COUNTS[(path, m, n, k)] == 1
     assert fallback_calls == [m]  # up to 32: Helion's first call is checked against it; above: the path
+
+
+def test_block_layers_compile_to_one_graph_piece(cuda_like, graphs_on_config):
+    """Two Block_FP8 layers under torch.compile call the op with their weight as a graph input and
+    no per-layer constant, so each layer's stretch of the graph is the same (what lets Inductor and
+    vLLM compile one decoder-layer piece once for all layers); both still compute their own layer."""
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel
+    from hlvllm.plugin import register
+    from hlvllm.settings import get_settings
+
+    register()
+    cuda_like.setenv("HL_HELION_EAGER", "1")
+    get_settings.cache_clear()
+    n = k = 256
+    layers, kernels = [], []
+    for seed in (1, 2):
+        w_q, w_s = per_block_fp8_quant_ref(
+            torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.05
+        )
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(w_q, requires_grad=False)
+        layer.weight_scale_inv = torch.nn.Parameter(w_s, requires_grad=False)
+        layer.input_scale = None
+        layer.weight_block_size = [128, 128]
+        kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
+
+        def reference(layer_, x_2d, bias=None, kernel=kernel, w_s=w_s):  # vLLM's kernel, on the CPU
+            q, s = kernel.quant_fp8(x_2d)
+            return scaled_mm_ref(q, layer_.weight.t(), s, w_s, torch.bfloat16, bias, block_size=(128, 128))
+
+        cuda_like.setattr(kernel.fallback, "apply_weights", reference)
+        kernel.process_weights_after_loading(layer)
+        layers.append(layer)
+        kernels.append(kernel)
+
+    def two_layers(x):
+        return kernels[1].apply_weights(layers[1], kernels[0].apply_weights(layers[0], x))
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    x = torch.randn(4, k, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    out = torch.compile(two_layers, backend=backend, fullgraph=True)(x)
+    (gm,) = graphs
+    op = torch.ops.hlvllm.block_scaled_mm
+    calls = [nd for nd in gm.graph.nodes if nd.target in (op, op.default)]
+    assert len(calls) == 2, gm.code
+    for nd in calls:
+        assert nd.args[1].op == "placeholder"  # the weight is an input of the graph
+        assert not [a for a in nd.args if isinstance(a, int) and not isinstance(a, bool)]
+    assert calls[0].args[1] is not calls[1].args[1]
+    expected = kernels[1].fallback.apply_weights(layers[1], kernels[0].fallback.apply_weights(layers[0], x))
+    assert rel_error(out, expected) <= 2 * tolerance("block_fp8", torch.bfloat16)

@@ -7,10 +7,11 @@
     out [M, N] of out_dtype (bf16/fp16). Semantics of vLLM's ``cutlass_scaled_mm``; the op body
     dispatches (see :mod:`hlvllm.dispatch`).
 
-``torch.ops.hlvllm.block_scaled_mm(x, layer_id, n, out_dtype, bias) -> out``
-    Block_FP8 linear: x [M, K] bf16/fp16 activations (quantized inside, per 1x128 group), the
-    layer's fp8 [N, K] weight with 128x128 block scales, out [M, N] of out_dtype; the layer is
-    ``hlvllm.block_fp8_kernel.BLOCK_LAYERS[layer_id]``. Helion or vLLM's block kernel (see there).
+``torch.ops.hlvllm.block_scaled_mm(x, weight, out_dtype, bias) -> out``
+    Block_FP8 linear: x [M, K] bf16/fp16 activations (quantized inside, per 1x128 group), weight
+    the layer's fp8 [N, K] weight (its 128x128 block scales and vLLM's kernel are found through it:
+    ``hlvllm.block_fp8_kernel.layer_for``), out [M, N] of out_dtype. Helion or vLLM's block kernel
+    (see there).
 
 Registering is done by :func:`register_ops` (called by ``hlvllm.register()``), never at import.
 """
@@ -84,12 +85,13 @@ def scaled_mm_fake(a, b, scale_a, scale_b, out_dtype, bias=None):
 
 
 def block_scaled_mm_impl(
-    x: torch.Tensor, layer_id: int, n: int, out_dtype: torch.dtype, bias: torch.Tensor | None = None
+    x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    from hlvllm.block_fp8_kernel import BLOCK_LAYERS
+    from hlvllm.block_fp8_kernel import layer_for
 
-    kernel, layer = BLOCK_LAYERS[layer_id]
+    kernel, layer = layer_for(weight)
     m, k = x.shape
+    n = weight.shape[0]
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=x.device)
     return dispatch.run(
@@ -102,8 +104,8 @@ def block_scaled_mm_impl(
     )
 
 
-def block_scaled_mm_fake(x, layer_id, n, out_dtype, bias=None):
-    return x.new_empty((x.shape[0], n), dtype=out_dtype)
+def block_scaled_mm_fake(x, weight, out_dtype, bias=None):
+    return x.new_empty((x.shape[0], weight.shape[0]), dtype=out_dtype)
 
 
 def register_ops() -> None:
@@ -118,9 +120,7 @@ def register_ops() -> None:
     )
     lib.impl("scaled_mm", scaled_mm_impl, "CompositeExplicitAutograd")
     torch.library.register_fake("hlvllm::scaled_mm", scaled_mm_fake, lib=lib)
-    lib.define(
-        "block_scaled_mm(Tensor x, int layer_id, int n, ScalarType out_dtype, Tensor? bias=None) -> Tensor"
-    )
+    lib.define("block_scaled_mm(Tensor x, Tensor weight, ScalarType out_dtype, Tensor? bias=None) -> Tensor")
     lib.impl("block_scaled_mm", block_scaled_mm_impl, "CompositeExplicitAutograd")
     torch.library.register_fake("hlvllm::block_scaled_mm", block_scaled_mm_fake, lib=lib)
     _lib = lib
