@@ -197,3 +197,32 @@ def test_documented_invocations_parse(prof, ci_gpu_script, args_missing):
 def test_run_rejects_bad_plugin(prof):
     with pytest.raises(SystemExit):
         prof.parser().parse_args(["run", "--plugin", "maybe", "--out", "x"])
+
+
+def test_summarize_reads_a_real_torch_profiler_trace(prof, tmp_path):
+    """A trace written by torch.profiler itself (CPU activity, Kineto's JSON, gzipped by
+    tensorboard_trace_handler as vLLM's wrapper does) parses: the step annotations and a
+    ``hlvllm::`` op are found, with real durations."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
+
+    lib = torch.library.Library("hlvllm", "FRAGMENT")
+    lib.define("profile_probe(Tensor x) -> Tensor")
+    lib.impl("profile_probe", lambda x: torch.nn.functional.silu(x @ x), "CompositeExplicitAutograd")
+    folder = tmp_path / "run" / "prefill"
+    folder.mkdir(parents=True)
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        on_trace_ready=tensorboard_trace_handler(str(folder), use_gzip=True),
+    ):
+        for _ in range(3):
+            with record_function("execute_context_8(1024)_generation_0(0)"):
+                torch.ops.hlvllm.profile_probe(torch.randn(64, 64))
+    (trace,) = prof.trace_files(folder)
+    assert trace.name.endswith(".pt.trace.json.gz")
+    agg = prof.summarize_window(folder, "prefill")
+    step = agg["steps"]["execute_context_8(1024)_generation_0(0)"]
+    op = agg["cpu_ops"]["hlvllm::profile_probe"]
+    assert step["count"] == 3 and op["count"] == 3
+    assert 0 < op["us"] <= step["us"]  # the op runs inside the annotated steps
+    assert agg["kernels"] == {} and agg["gpu_busy_us"] == 0.0  # no GPU activity on this machine
