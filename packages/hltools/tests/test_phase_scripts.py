@@ -1,6 +1,8 @@
-"""The GPU phase scripts (``ci/gpu/runs/*.sh``): every ``e2e`` and ``kb`` call there expands to a
-``hltools bench e2e`` / ``bench kernels`` command line (``ci/gpu/runs/phase-lib.sh``) that the CLI
-parses, with known models, formats and plugin settings. A typo there costs a device session."""
+"""The next GPU session's phase script (the newest ``ci/gpu/runs/<date>.sh``; older ones are the
+record of what ran then): every ``e2e`` and ``kb`` call there expands to a ``hltools bench e2e`` /
+``bench kernels`` command line (``ci/gpu/runs/phase-lib.sh``) that the CLI parses, with known
+models, formats and plugin settings, and so does every direct ``python3 -m hltools`` call. A typo
+there costs a device session."""
 
 import re
 import shlex
@@ -13,13 +15,14 @@ from hltools import bench_cli, e2e, shapes
 
 RUNS = Path(__file__).resolve().parents[3] / "ci" / "gpu" / "runs"
 FORMATS = {"fp8_dynamic", "w8a8_int8", "block_fp8"}
+SCRIPTS = [max(RUNS.glob("20*.sh"))]
 
 
 def _calls(kind):
     """(script, line, words after ``kind``) of each non-comment ``kind`` call, env prefixes dropped."""
     call = re.compile(rf"(?:^|;;|;|\)\s)\s*(?:[A-Z_]+=\S*\s+)*{kind}\s+([^;)&|]*)")
     out = []
-    for script in sorted(RUNS.glob("*.sh")):
+    for script in SCRIPTS:
         for ln in script.read_text().splitlines():
             code = ln.strip()
             if code.startswith("#") or code.startswith(f"{kind}()"):
@@ -34,7 +37,7 @@ def _parse(command, argv):
 
 
 def test_the_scripts_have_calls():
-    assert len(_calls("e2e")) >= 8 and len(_calls("kb")) >= 2
+    assert len(_calls("e2e")) >= 8 and len(_calls("kb")) >= 2 and _hltools_calls()
 
 
 @pytest.mark.parametrize("script,line,args", _calls("e2e"), ids=lambda v: v if isinstance(v, str) else None)
@@ -54,3 +57,35 @@ def test_kb_calls_parse(script, line, args):
     params = _parse("kernels", ["--model", models, "--formats", formats, "--no-plots", "--jobs", "8"])
     assert set(params["model"].split(",")) <= set(shapes.list_models()), line
     assert set(params["formats"].split(",")) <= FORMATS, line
+
+
+def _hltools_calls():
+    """(script, words after ``python3 -m hltools``) of each direct call, line continuations joined,
+    shell arithmetic read as 7, ``$MODEL8B`` as qwen3-8b and other variables as a path."""
+    out = []
+    for script in SCRIPTS:
+        text = script.read_text().replace("\\\n", " ")
+        for ln in text.splitlines():
+            if ln.strip().startswith("#") or "python3 -m hltools" not in ln:
+                continue
+            cmd = ln.split("python3 -m hltools", 1)[1].split(";")[0].split("&&")[0].split(">")[0]
+            cmd = re.sub(r"\$\(\(.*?\)\)+", "7", cmd)
+            cmd = cmd.replace("$MODEL8B", "qwen3-8b")
+            words = [w if "$" not in w else "x" for w in shlex.split(cmd)]
+            out.append((script.name, words))
+    return out
+
+
+@pytest.mark.parametrize("script,words", _hltools_calls(), ids=lambda v: v if isinstance(v, str) else None)
+def test_direct_hltools_calls_parse(script, words):
+    from hltools.cli import app
+
+    group = typer.main.get_command(app)
+    name, *rest = words
+    command = group.commands[name]
+    if name in ("bench", "configs"):
+        name, *rest = rest
+        command = command.commands[name]
+    params = command.make_context(name, rest).params
+    if "model" in params:
+        assert set(params["model"].split(",")) <= set(shapes.list_models())
