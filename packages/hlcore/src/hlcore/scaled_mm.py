@@ -36,8 +36,8 @@ One Helion kernel body holds every algorithm variant as tunables:
   Either way the order of the atomics varies: results are not bitwise repeatable (use
   ``split_k=1`` where that matters).
 * ``pdl`` (bool, default False): programmatic dependent launch (sm90+). The kernel is launched
-  with Triton's ``launch_pdl`` (the Helion config key ``_triton_config_launch_pdl``, added by
-  :func:`_kernel_for`), so its programs may be scheduled while the previous kernel in the stream is
+  with Triton's ``launch_pdl`` (the Helion config key ``_triton_config_launch_pdl``, set by
+  :func:`helion_config`), so its programs may be scheduled while the previous kernel in the stream is
   still finishing; every program first runs ``griddepcontrol.wait`` (``tl.extra.cuda.gdc_wait``:
   all writes of the previous kernel are visible after it), then
   ``griddepcontrol.launch_dependents`` (a following PDL kernel may start). What it can save is the
@@ -127,9 +127,8 @@ def _scaled_mm_body(
         else:
             out.zero_()
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
-        if (
-            pdl and _GDC == 1
-        ):  # wait for the previous kernel's writes (A, scales, split-K fill); let the next start
+        # pdl: wait for the previous kernel's writes (A, scales, split-K fill), then let the next start
+        if pdl and _GDC == 1:
             hl.inline_triton(
                 "tl.extra.cuda.gdc_wait()\ntl.extra.cuda.gdc_launch_dependents()", args=[], output_like=None
             )
@@ -192,7 +191,7 @@ def helion_config(config_text: str, *, gdc: int | None = None) -> helion.Config:
     where that code can run (``gdc``; default: not under an interpreter)."""
     config = dict(helion.Config.from_json(config_text))
     config = {**{k: v for k, v in USER_TUNABLE_DEFAULTS.items() if k not in config}, **config}
-    pdl = bool(config.pop("pdl", False) or config.pop(PDL_LAUNCH_KEY, False))
+    pdl = bool(config.pop("pdl", False)) | bool(config.pop(PDL_LAUNCH_KEY, False))
     config[PDL_LAUNCH_KEY] = pdl and bool(_GDC if gdc is None else gdc)
     return helion.Config(**config)
 

@@ -489,22 +489,29 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for kind in ("cold_s", "warm_s"):
             a, b = startup.get(p, {}).get(kind), startup.get("off", {}).get(kind)
             startup[f"{prefix}{kind}"] = a - b if a is not None and b is not None else None
+
+    def cold(p):  # the setting's round-0 run with greedy tokens
+        return next((r for r in by.get(p, []) if r.get("round") == 0 and r.get("greedy")), None)
+
+    def agree(r, ref):  # "same/total" prompts with identical greedy tokens
+        same = sum(a == b for a, b in zip(r["greedy"], ref["greedy"], strict=False))
+        return f"{same}/{len(ref['greedy'])}"
+
     agreement = None
-    ref = next((r for r in by.get("off", []) if r.get("round") == 0 and r.get("greedy")), None)
+    ref = cold("off")
     if ref:
-        agreement = {}
-        for p in HELION_PLUGINS:
-            for r in by.get(p, []):
-                if r.get("greedy"):
-                    same = sum(a == b for a, b in zip(r["greedy"], ref["greedy"], strict=False))
-                    agreement[f"{p}-r{r.get('round')}"] = f"{same}/{len(ref['greedy'])}"
-    restart = {}
-    for p, rs in by.items():
-        first = next((r for r in rs if r.get("round") == 0 and r.get("greedy")), None)
-        for r in rs:
-            if first and r.get("round", 0) > 0 and r.get("greedy"):
-                same = sum(a == b for a, b in zip(r["greedy"], first["greedy"], strict=False))
-                restart[f"{p}-r{r.get('round')}"] = f"{same}/{len(first['greedy'])}"
+        agreement = {
+            f"{p}-r{r.get('round')}": agree(r, ref)
+            for p in HELION_PLUGINS
+            for r in by.get(p, [])
+            if r.get("greedy")
+        }
+    restart = {
+        f"{p}-r{r.get('round')}": agree(r, cold(p))
+        for p, rs in by.items()
+        for r in rs
+        if cold(p) and r.get("round", 0) > 0 and r.get("greedy")
+    }
     sizes = sorted({int(r.get("tensor_parallel_size", 1)) for r in runs}) or [1]
     helion = {}
     for p in HELION_PLUGINS:

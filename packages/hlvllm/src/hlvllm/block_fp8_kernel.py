@@ -42,13 +42,13 @@ logger = logging.getLogger("vllm.hlvllm")
 BLOCK = (128, 128)
 SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
-#: (device, data_ptr, shape) of a layer's fp8 weight -> (kernel, layer); filled by
-#: process_weights_after_loading, read inside the op (:func:`layer_for`).
+#: (data_ptr, shape) of a layer's fp8 weight -> (kernel, layer); filled by
+#: process_weights_after_loading, read inside the op on every call (:func:`layer_for`).
 BLOCK_LAYERS: dict[tuple, tuple[HelionFp8BlockScaledMMKernel, torch.nn.Module]] = {}
 
 
 def _weight_key(weight: torch.Tensor) -> tuple:
-    return (str(weight.device), weight.data_ptr(), tuple(weight.shape))
+    return (weight.data_ptr(), weight.shape)
 
 
 def layer_for(weight: torch.Tensor) -> tuple[HelionFp8BlockScaledMMKernel, torch.nn.Module]:
