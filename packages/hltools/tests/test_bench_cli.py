@@ -264,6 +264,36 @@ def test_report_reads_e2e_results(tmp_path):
     ).is_file()
 
 
+def test_report_reads_gzipped_results_as_committed(tmp_path):
+    """docs/benchmarks/ keeps results as .json.gz: report reads them and writes the .md/.png beside."""
+    import gzip
+
+    from hltools import e2e
+
+    runs = [
+        {"plugin": p, "round": 0, "startup_s": 50.0, "throughput": {"1": {"tokens_per_s": v, "tpot_ms": 9.0, "ttft_ms": 30.0}}}
+        for p, v in (("off", 100.0), ("on", 80.0))
+    ]  # fmt: skip
+    e2e.write_e2e(tmp_path, "e2e-m-fp8_dynamic", {**META, "model": "m", "format": "fp8_dynamic"}, runs)
+    results = [
+        BenchResult("m", "o", "fp8_dynamic", prov, kern, 1, 4096, 4096, median_us=us, **META)
+        for prov, kern, us in (("helion", "helion scaled_mm", 10.0), ("vllm", "vllm cutlass_scaled_mm", 15.0))
+    ]
+    bench.write_results(tmp_path, results, META)
+    for name in ("e2e-m-fp8_dynamic.json", bench.RESULTS_JSON):
+        src = tmp_path / name
+        (tmp_path / (name + ".gz")).write_bytes(gzip.compress(src.read_bytes()))
+        src.unlink()
+    for name in ("e2e-m-fp8_dynamic.md", "e2e-m-fp8_dynamic.png", bench.SUMMARY_MD):
+        (tmp_path / name).unlink(missing_ok=True)
+    result = runner.invoke(app, ["bench", "report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    out = _flat(result.output)
+    assert "0.800" in out and "fp8_dynamic 1.500x" in out
+    assert (tmp_path / "e2e-m-fp8_dynamic.md").is_file() and (tmp_path / "e2e-m-fp8_dynamic.png").is_file()
+    assert (tmp_path / bench.SUMMARY_MD).is_file()
+
+
 def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
     from hltools import e2e
 

@@ -334,7 +334,16 @@ def test_measure_throughput_with_a_fake_engine():
         return len(prompts) * max_tokens
 
     opts = e2e.E2EOptions(concurrency=(1, 4), output_len=11, repeats=2)
-    out = e2e.measure_throughput(generate, lambda c: [{"prompt_token_ids": [5]}] * c, opts, clock=clock)
+    lines = []
+    out = e2e.measure_throughput(
+        generate, lambda c: [{"prompt_token_ids": [5]}] * c, opts, clock=clock, progress=lines.append
+    )
+    assert lines == [
+        "concurrency 1: untimed warm-up 0.2 s",
+        "concurrency 1: 2 repeats, median 0.150 s per generate",
+        "concurrency 4: untimed warm-up 0.2 s",
+        "concurrency 4: 2 repeats, median 0.150 s per generate",
+    ]
     assert calls == [(1, 11), (1, 1), (1, 11), (1, 1), (1, 11), (4, 11), (4, 1), (4, 11), (4, 1), (4, 11)]
     assert out["1"]["tokens_per_s"] == pytest.approx(11 / 0.15)
     assert out["4"]["tokens_per_s"] == pytest.approx(44 / 0.15)

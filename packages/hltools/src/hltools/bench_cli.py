@@ -385,7 +385,11 @@ def e2e_table(summary: dict, title: str) -> Table:
 def e2e(
     model: Annotated[
         str,
-        typer.Option(help="Embedded model name or a path to a config.json (architecture only; no weights)."),
+        typer.Option(
+            help="Embedded model name (see `hltools validate --list-models`; an HF id such as "
+            "Qwen/Qwen3-8B matches by its last part) or a path to a config.json (architecture only; "
+            "no weights)."
+        ),
     ] = "qwen3-8b",
     fmt: Annotated[
         str, typer.Option("--format", help="fp8_dynamic, w8a8_int8 or block_fp8.")
@@ -570,18 +574,22 @@ def report(
     plots: Annotated[bool, typer.Option(help="(Re)draw the PNGs.")] = True,
 ) -> None:
     """Print the tables and geomeans of saved results and redraw their markdown and PNGs (for results
-    measured where matplotlib is not installed). Exits 1 when the directory holds no results."""
+    measured where matplotlib is not installed). Reads ``kernels.json`` and ``e2e-*.json``, or their
+    gzipped ``.json.gz`` (as committed under docs/benchmarks/). Exits 1 when the directory holds no
+    results."""
+    import gzip
     import json
 
-    from hltools import bench
+    from hltools import bench, bench_gap
     from hltools import e2e as e
 
     console = _console()
     found = False
-    if (directory / bench.RESULTS_JSON).is_file():
+    kernels_file = bench_gap.resolve_path(directory)
+    if kernels_file.is_file():
         found = True
         try:
-            metadata, results = bench.read_results(directory)
+            metadata, results = bench_gap.load(kernels_file)
         except ValueError as exc:
             console.print(f"[bold red]{exc}")
             raise typer.Exit(1) from None
@@ -589,19 +597,23 @@ def report(
         (directory / bench.SUMMARY_MD).write_text(bench.summary_markdown(results, metadata))
         if plots:
             _plot_kernels(console, results, directory, metadata)
-    for path in sorted(directory.glob("e2e-*.json")):
-        payload = json.loads(path.read_text())
+    e2e_files = {p.name.removesuffix(".gz"): p for p in sorted(directory.glob("e2e-*.json.gz"))}
+    e2e_files.update({p.name: p for p in sorted(directory.glob("e2e-*.json"))})  # plain file wins
+    for name, path in sorted(e2e_files.items()):
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        payload = json.loads(raw)
         if "summary" not in payload:
             continue
         found = True
         meta, runs = payload.get("metadata", {}), payload.get("runs", [])
         summary = e.summarize(runs)
-        console.print(e2e_table(summary, f"{path.stem}: output tokens/s"))
+        stem = directory / name.removesuffix(".json")
+        console.print(e2e_table(summary, f"{stem.name}: output tokens/s"))
         if summary.get("helion_ranks"):
             console.print(e.helion_line(summary["helion_ranks"]), highlight=False)
-        path.with_suffix(".md").write_text(e.summary_markdown(meta, summary))
+        stem.with_suffix(".md").write_text(e.summary_markdown(meta, summary))
         if plots:
-            _plot_e2e(console, summary, path.with_suffix(".png"), meta)
+            _plot_e2e(console, summary, stem.with_suffix(".png"), meta)
     if not found:
         console.print(f"[bold red]no kernels.json or e2e-*.json results in {directory}")
         raise typer.Exit(1)

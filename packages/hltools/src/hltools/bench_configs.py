@@ -340,7 +340,7 @@ def from_bench(
         Path | None,
         typer.Option(
             "--config-dir",
-            metavar="DIR",
+            metavar="<path>",
             exists=True,
             file_okay=False,
             help="The config directory the benchmark ran with: label-only rows of older benchmarks "

@@ -881,13 +881,20 @@ def _prompts(n: int, length: int, vocab: int, seed: int) -> list[dict[str, list[
     return [{"prompt_token_ids": [rng.randint(3, hi) for _ in range(length)]} for _ in range(n)]
 
 
-def measure_throughput(generate, make_prompts, options: E2EOptions, clock=time.perf_counter) -> dict:
+def measure_throughput(
+    generate, make_prompts, options: E2EOptions, clock=time.perf_counter, progress=None
+) -> dict:
     """Per concurrency: tokens/s, TPOT and TTFT from timed ``generate(prompts, max_tokens)`` calls
-    (see the module docstring). ``generate`` returns the number of output tokens it produced."""
+    (see the module docstring). ``generate`` returns the number of output tokens it produced.
+    ``progress(line)``, when given, gets one line after each concurrency's untimed warm-up and one
+    after its timed repeats (so a killed engine's log says where the time went)."""
     out = {}
     for c in options.concurrency:
         prompts = make_prompts(c)
+        t0 = clock()
         generate(prompts, options.output_len)  # warm-up (first prefill at this batch size)
+        if progress:
+            progress(f"concurrency {c}: untimed warm-up {clock() - t0:.1f} s")
         full, one = [], []
         for _ in range(options.repeats):
             t0 = clock()
@@ -901,6 +908,8 @@ def measure_throughput(generate, make_prompts, options: E2EOptions, clock=time.p
                 f"concurrency {c}: {produced} output tokens, expected {c * options.output_len}"
             )
         t_full, t_one = statistics.median(full), statistics.median(one)
+        if progress:
+            progress(f"concurrency {c}: {options.repeats} repeats, median {t_full:.3f} s per generate")
         out[str(c)] = {
             "tokens_per_s": c * options.output_len / t_full,
             "tpot_ms": 1e3 * max(t_full - t_one, 0.0) / (options.output_len - 1),
@@ -976,10 +985,19 @@ def worker_main(args: argparse.Namespace) -> int:
     greedy_sp = SamplingParams(
         max_tokens=AGREEMENT_TOKENS, temperature=0.0, ignore_eos=True, detokenize=False
     )
+
+    def progress(line: str) -> None:
+        print(f"[hltools] {time.perf_counter() - t0:.1f} s: {line}", flush=True)
+
+    t1 = time.perf_counter()
     outs = llm.generate(_prompts(AGREEMENT_PROMPTS, 16, vocab, options.seed + 1), greedy_sp, use_tqdm=False)
     greedy = [list(o.outputs[0].token_ids) for o in outs]
+    progress(f"greedy prompts done in {time.perf_counter() - t1:.1f} s")
     throughput = measure_throughput(
-        generate, lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c), options
+        generate,
+        lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c),
+        options,
+        progress=progress,
     )
     helion_on = args.plugin in HELION_PLUGINS  # on, gemm, aux and fused load the plugin with Helion GEMMs
     captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if helion_on else []
