@@ -42,8 +42,9 @@ One Helion kernel body holds every algorithm variant as tunables:
   all writes of the previous kernel are visible after it), then
   ``griddepcontrol.launch_dependents`` (a following PDL kernel may start). What it can save is the
   launch gap between back-to-back kernels, part of the ~4 us fixed cost per GEMM (docs/tuning.md).
-  Not in the Triton interpreter or Helion's eager mode (there the flag does nothing). Not measured
-  on a GPU yet, so no shipped config and no heuristic uses it.
+  Not in the Triton interpreter or Helion's eager mode (there the flag does nothing). Measured on the
+  H200 (2026-12-01, after a producer kernel, CUDA-graph replay): no gain (1.008x the time without
+  it in geomean), so no shipped config and no heuristic uses it.
 * ``swap_ab`` (bool): computes the transposed tile ``B^T @ A^T`` so the tiny M sits on the MMA's
   narrow side and N fills the 64-row wgmma side (the usual decode trick, see the Helion/vLLM
   "swap-AB" kernels).

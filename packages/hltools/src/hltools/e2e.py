@@ -1032,6 +1032,7 @@ def worker_main(args: argparse.Namespace) -> int:
                 "HL_AUX_FUSION",
                 "VLLM_PLUGINS",
                 "HL_DETERMINISTIC",
+                "HL_PRECOMPILE_THREADS",
                 "VLLM_USE_DEEP_GEMM",
                 "VLLM_DEEP_GEMM_WARMUP",
                 "DG_JIT_CACHE_DIR",

@@ -145,6 +145,17 @@ def route(fmt: str, m: int, n: int, k: int) -> str:
     return "fallback"
 
 
+def will_use_helion(fmt: str, m: int, n: int, k: int) -> bool:
+    """Whether the first eager call of (``fmt``, ``m``, ``n``, ``k``) is still to come and will run
+    Helion (:func:`route` without recording anything)."""
+    return (
+        0 < m <= max_helion_m()
+        and (fmt, n, k) not in _broken
+        and (fmt, m, n, k) not in _validated
+        and not tuned_fallback(fmt, m, n, k)
+    )
+
+
 def run(
     fmt: str,
     m: int,
@@ -152,11 +163,20 @@ def run(
     k: int,
     helion_fn: Callable[[], torch.Tensor],
     fallback_fn: Callable[[], torch.Tensor],
+    helion_at: Callable[[int], object] | None = None,
 ) -> torch.Tensor:
-    """Run ``helion_fn`` or ``fallback_fn`` as :func:`route` says; count and optionally log it."""
+    """Run ``helion_fn`` or ``fallback_fn`` as :func:`route` says; count and optionally log it.
+    ``helion_at(size)``: the same Helion call at another M, for :mod:`hlvllm.precompile` (run
+    before this shape's first eager Helion call when ``HL_PRECOMPILE_THREADS`` > 1)."""
     path = route(fmt, m, n, k)
     capturing = _capturing()
     if path == "helion":
+        if helion_at is not None and not capturing:
+            from hlvllm import precompile
+
+            precompile.precompile_shape(
+                fmt, m, n, k, helion_at, lambda size: will_use_helion(fmt, size, n, k)
+            )
         try:
             out = helion_fn()
             if not capturing and (fmt, m, n, k) not in _validated:
@@ -221,3 +241,6 @@ def reset() -> None:
     _fallback_marks.clear()
     _untuned_warned.clear()
     _untuned_logged.clear()
+    from hlvllm import precompile
+
+    precompile.reset()

@@ -70,6 +70,12 @@ def scaled_mm_impl(
     n = b.shape[1]
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=a.device)
+    from hlvllm.precompile import ones_like_rows
+
+    def helion_at(size: int) -> torch.Tensor:  # the same call at M = size (hlvllm.precompile)
+        a2, sa2 = ones_like_rows(a, m, size), ones_like_rows(scale_a, m, size)
+        return _helion_scaled_mm(a2, b, sa2, scale_b, out_dtype, bias)
+
     return dispatch.run(
         "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic",
         m,
@@ -77,6 +83,7 @@ def scaled_mm_impl(
         k,
         lambda: _helion_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
         lambda: _fallback_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
+        helion_at,
     )
 
 
@@ -94,6 +101,8 @@ def block_scaled_mm_impl(
     n = weight.shape[0]
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=x.device)
+    from hlvllm.precompile import ones_like_rows
+
     return dispatch.run(
         "block_fp8",
         m,
@@ -101,6 +110,7 @@ def block_scaled_mm_impl(
         k,
         lambda: kernel.helion_path(layer, x, out_dtype, bias),
         lambda: kernel.fallback_path(layer, x, out_dtype, bias),
+        lambda size: kernel.helion_path(layer, ones_like_rows(x, m, size), out_dtype, bias),
     )
 
 

@@ -11,6 +11,7 @@
 | ``HL_AUX_FUSION`` | ``0`` | ``1``: a graph pass fuses each aux norm / silu_and_mul with the per-token fp8 quant after it (one launch) |
 | ``HL_KERNEL_CACHE_DIR`` | ``<VLLM_CACHE_ROOT>/hlcore_kernels`` | hlcore's cache of Helion's generated code across restarts; set by ``hlvllm.plugin.register`` when unset; empty: off |
 | ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config (one warning), ``vllm`` runs vLLM's kernel |
+| ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); experimental, not yet measured on a GPU |
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Settings:
     deterministic: bool = False
     untuned_shapes: str = "nearest"
     aux_fusion: bool = False
+    precompile_threads: int = 0
 
 
 def _int_env(name: str, default: int) -> int:
@@ -97,4 +99,5 @@ def get_settings() -> Settings:
         deterministic=os.environ.get("HL_DETERMINISTIC", "").strip().lower() in _TRUE,
         untuned_shapes=_untuned_env(),
         aux_fusion=aux_fusion,
+        precompile_threads=_int_env("HL_PRECOMPILE_THREADS", 0),
     )
