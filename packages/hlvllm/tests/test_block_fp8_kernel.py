@@ -120,6 +120,14 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
     path = "helion" if m <= 32 else "fallback"
     assert dispatch.DISPATCH_COUNTS[(path, m, n, k)] == 1
     assert fallback_calls == [m]  # up to 32: Helion's first call is checked against it; above: the path
+    # hlvllm.precompile's job: the GEMM alone at another M, on ones laid out as the quant lays out
+    assert q.is_contiguous() and s.is_contiguous() and q.dtype == torch.float8_e4m3fn
+    ones = kernel.helion_gemm_at(layer, 5, torch.bfloat16, bias)
+    ref_ones = scaled_mm_ref(
+        torch.ones(5, k).to(torch.float8_e4m3fn), w_q.t(), torch.ones(5, 3), w_s, torch.bfloat16, bias,
+        block_size=(128, 128),
+    )  # fmt: skip
+    assert rel_error(ones, ref_ones) <= tolerance("block_fp8", torch.bfloat16)
 
 
 def test_block_layers_compile_to_one_graph_piece(cuda_like, graphs_on_config):

@@ -1,4 +1,4 @@
-"""HL_PRECOMPILE_THREADS: a GEMM shape's other CUDA-graph sizes compiled at its first Helion call."""
+"""HL_PRECOMPILE_THREADS: a GEMM shape's CUDA-graph sizes compiled at its first Helion call."""
 
 import logging
 import threading
@@ -11,6 +11,7 @@ from hlcore.scaled_mm import generate_scaled_mm_inputs, scaled_mm_ref
 from hlcore.testing import rel_error, tolerance
 
 N, K = 48, 96
+SIZES = [1, 2, 4, 8, 16, 24, 32]
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def op(hl_env):
 
     hl_env.setattr(ops, "_fallback_scaled_mm", fake_cutlass)
     hl_env.setattr(ops, "_helion_scaled_mm", recording_helion)
-    precompile.set_capture_sizes([1, 2, 4, 8, 16, 24, 32, 40, 48])  # vLLM's list; 40, 48 > 32: vLLM's kernel
+    precompile.set_capture_sizes([*SIZES, 40, 48])  # vLLM's list; 40, 48 > 32: vLLM's kernel
     return torch.ops.hlvllm.scaled_mm, dispatch, fallback_calls, helion_calls
 
 
@@ -49,22 +50,35 @@ def _threads(hl_env, n):
     get_settings.cache_clear()
 
 
+def _no_grouping(hl_env):
+    import hlvllm.ops as ops
+
+    hl_env.setattr(ops, "compile_key", lambda fmt, m, n, k, device: m)  # every size its own kernel
+
+
 def test_off_by_default_compiles_only_the_called_size(op):
     fn, dispatch, _, helion_calls = op
     fn(*_args(32)[0])
     assert [c[0] for c in helion_calls] == [32]
 
 
-def test_first_call_compiles_every_other_helion_size_of_the_shape(op, hl_env):
+def test_first_call_compiles_one_size_per_kernel_of_the_shape(op, hl_env):
+    import hlvllm.ops as ops
+
     fn, dispatch, fallback_calls, helion_calls = op
     _threads(hl_env, 4)
     args, d = _args(32)
     out = fn(*args)
     assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
-    sizes = [c[0] for c in helion_calls]
-    assert sorted(sizes[:-1]) == [1, 2, 4, 8, 16, 24] and sizes[-1] == 32  # not 40, 48: above 32
+    keys = {s: ops.compile_key("fp8_dynamic", s, N, K, torch.device("cpu")) for s in SIZES}
+    assert keys[1][1] == 1 and keys[16][1] == keys[32][1] == 16 and keys[2][1] == 0  # Triton's classes
+    jobs, real = helion_calls[:-1], helion_calls[-1]
+    assert real[0] == 32 and real[2] is args[0]  # then the real call, on the real operands
+    ran = sorted(c[0] for c in jobs)
+    assert 32 in ran and len(ran) == len(set(keys.values()))  # one size per kernel, its own size too
+    assert {keys[s] for s in ran} == set(keys.values())  # (not 40, 48: above 32)
     a, b, scale_a, scale_b, bias = args[0], args[1], args[2], args[3], args[5]
-    for m, _, a2, sa2, b2, sb2, bias2 in helion_calls[:-1]:  # the real call's layouts, M rows of ones
+    for m, _, a2, sa2, b2, sb2, bias2 in jobs:  # the real call's layouts, M rows of ones
         assert a2.shape == (m, K) and a2.dtype == a.dtype and a2.is_contiguous()
         assert sa2.shape == (m, 1) and sa2.dtype == scale_a.dtype
         assert torch.all(a2.float() == 1) and torch.all(sa2 == 1)
@@ -87,6 +101,7 @@ def test_jobs_run_in_threads_and_a_failing_size_only_reports(op, hl_env, caplog)
 
     fn, dispatch, _, helion_calls = op
     _threads(hl_env, 3)
+    _no_grouping(hl_env)
     hl_env.setattr(precompile, "_interpreted", lambda: False)  # the CPU interpreters force one thread
     recording = ops._helion_scaled_mm
 
@@ -103,9 +118,9 @@ def test_jobs_run_in_threads_and_a_failing_size_only_reports(op, hl_env, caplog)
     with caplog.at_level(logging.INFO, logger="vllm.hlvllm"):
         fn(*_args(16)[0])
     names = {c[1] for c in helion_calls[:-1]}
-    assert sorted(c[0] for c in helion_calls[:-1]) == [1, 2, 8, 24, 32]
+    assert sorted(c[0] for c in helion_calls[:-1]) == [1, 2, 8, 16, 24, 32]
     assert len(names) > 1 and all(n.startswith("hlvllm-precompile") for n in names)
-    assert "precompiled fp8_dynamic N=48 K=96 at M=1,2,4,8,24,32" in caplog.text
+    assert "precompiled fp8_dynamic N=48 K=96 at M=1,2,4,8,16,24,32" in caplog.text
     assert "(3 threads); 1 failed" in caplog.text
     assert not dispatch._broken  # the failed job breaks nothing: M = 4's own call decides
     args, d = _args(4)
@@ -114,14 +129,33 @@ def test_jobs_run_in_threads_and_a_failing_size_only_reports(op, hl_env, caplog)
     assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
 
 
+def test_a_precompile_error_never_fails_the_call(op, hl_env, caplog):
+    from hlvllm import precompile
+
+    fn, dispatch, _, helion_calls = op
+    _threads(hl_env, 2)
+
+    def broken(*a, **kw):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    hl_env.setattr(precompile, "precompile_shape", broken)
+    args, d = _args(8)
+    with caplog.at_level(logging.WARNING, logger="vllm.hlvllm"):
+        out = fn(*args)
+    assert "precompile of fp8_dynamic N=48 K=96 failed (CUDA error" in caplog.text
+    assert dispatch.DISPATCH_COUNTS[("helion", 8, N, K)] == 1
+    assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
+
+
 def test_no_precompile_under_capture_or_for_marked_sizes(op, hl_env):
     from hlvllm import dispatch, precompile
 
     fn, _, _, helion_calls = op
     _threads(hl_env, 2)
+    _no_grouping(hl_env)
     hl_env.setattr(dispatch, "tuned_fallback", lambda fmt, m, n, k: m == 8)  # M = 8 runs vLLM's kernel
     fn(*_args(2)[0])
-    assert sorted(c[0] for c in helion_calls[:-1]) == [1, 4, 16, 24, 32]
+    assert sorted(c[0] for c in helion_calls[:-1]) == [1, 2, 4, 16, 24, 32]
     never = []
     assert precompile.precompile_shape("fp8_dynamic", 2, N, K, never.append, lambda s: True) == []  # done
     precompile._done.clear()
@@ -131,13 +165,33 @@ def test_no_precompile_under_capture_or_for_marked_sizes(op, hl_env):
     assert never == [] and not precompile._done  # under capture: nothing, and not marked done
 
 
-def test_capture_sizes_from_vllm_config(hl_env, graphs_on_config):
-    from hlvllm import support
+def test_ones_like_rows_keeps_the_layout():
+    from hlvllm.precompile import ones_like_rows
 
-    graphs_on_config.compilation_config.cudagraph_capture_sizes = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
-    assert support.cudagraph_capture_sizes() == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
-    graphs_on_config.compilation_config.max_cudagraph_capture_size = 16
-    assert support.cudagraph_capture_sizes() == [1, 2, 4, 8, 16]
+    row = torch.zeros(4, 3)
+    col = torch.zeros(3, 4).t()  # column-major [4, 3], e.g. DeepGEMM's activation scales
+    assert ones_like_rows(row, 4, 2).stride() == (3, 1) and ones_like_rows(row, 4, 2).shape == (2, 3)
+    c2 = ones_like_rows(col, 4, 2)
+    assert c2.shape == (2, 3) and c2.stride() == (1, 2) and bool((c2 == 1).all())
+    per_channel = torch.zeros(7, 1)
+    assert ones_like_rows(per_channel, 4, 2) is per_channel and ones_like_rows(None, 4, 2) is None
+    with pytest.raises(ValueError, match="layout not reproduced"):
+        ones_like_rows(torch.zeros(4, 6)[:, ::2], 4, 2)
+
+
+def test_capture_sizes_are_read_from_vllm_config_when_used(hl_env, graphs_on_config):
+    from vllm.config import CUDAGraphMode
+
+    from hlvllm import precompile, support
+
+    cc = graphs_on_config.compilation_config
+    cc.cudagraph_capture_sizes = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert support.capture_sizes_of(cc) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    precompile.set_compilation_config(cc)
+    cc.max_cudagraph_capture_size = 16  # vLLM may change the sizes after model load
+    assert precompile.capture_sizes() == (1, 2, 4, 8, 16)
+    cc.cudagraph_mode = CUDAGraphMode.NONE
+    assert precompile.capture_sizes() == ()
 
 
 def test_setting_is_validated(hl_env):

@@ -155,15 +155,26 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
 
     # The op body's two paths -------------------------------------------------------------------
     def helion_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
+        q, scale_a = self.quant_fp8(x_2d)  # fp8 [M, K], fp32 [M, ceil(K/128)], both row-major
+        return self.helion_gemm(layer, q, scale_a, out_dtype, bias)
+
+    def helion_gemm(self, layer, q, scale_a, out_dtype, bias) -> torch.Tensor:
         from hlcore.scaled_mm import scaled_mm
         from hlvllm.ops import helion_config
 
-        q, scale_a = self.quant_fp8(x_2d)
         n, k = layer.weight.shape
-        config = helion_config("block_fp8", x_2d.shape[0], n, k, x_2d.device)
+        config = helion_config("block_fp8", q.shape[0], n, k, q.device)
         return scaled_mm(
             q, layer.weight.t(), scale_a, self.helion_scale, out_dtype, bias, block_size=BLOCK, config=config
         )
+
+    def helion_gemm_at(self, layer, m: int, out_dtype, bias) -> torch.Tensor:
+        """The Helion GEMM of :meth:`helion_path` at M = ``m`` on operands of ones with the quant's
+        layouts (:mod:`hlvllm.precompile`: compiles without running the activation quantization)."""
+        k = layer.weight.shape[1]
+        q = torch.ones((m, k), dtype=layer.weight.dtype, device=layer.weight.device)
+        scale_a = torch.ones((m, -(-k // BLOCK[1])), dtype=torch.float32, device=layer.weight.device)
+        return self.helion_gemm(layer, q, scale_a, out_dtype, bias)
 
     def fallback_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
         return self.fallback.apply_weights(layer, x_2d, bias).to(out_dtype)

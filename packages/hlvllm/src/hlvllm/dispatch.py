@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -164,19 +164,24 @@ def run(
     helion_fn: Callable[[], torch.Tensor],
     fallback_fn: Callable[[], torch.Tensor],
     helion_at: Callable[[int], object] | None = None,
+    group_key: Callable[[int], Hashable] | None = None,
 ) -> torch.Tensor:
     """Run ``helion_fn`` or ``fallback_fn`` as :func:`route` says; count and optionally log it.
-    ``helion_at(size)``: the same Helion call at another M, for :mod:`hlvllm.precompile` (run
-    before this shape's first eager Helion call when ``HL_PRECOMPILE_THREADS`` > 1)."""
+    ``helion_at(size)``: the same Helion GEMM at another M and ``group_key(size)`` what it compiles,
+    for :mod:`hlvllm.precompile` (run before this shape's first eager Helion call when
+    ``HL_PRECOMPILE_THREADS`` > 1; its failure is logged, never raised)."""
     path = route(fmt, m, n, k)
     capturing = _capturing()
     if path == "helion":
         if helion_at is not None and not capturing:
             from hlvllm import precompile
 
-            precompile.precompile_shape(
-                fmt, m, n, k, helion_at, lambda size: will_use_helion(fmt, size, n, k)
-            )
+            try:
+                precompile.precompile_shape(
+                    fmt, m, n, k, helion_at, lambda size: will_use_helion(fmt, size, n, k), group_key
+                )
+            except Exception as exc:  # noqa: BLE001 - a speed-up only: never fail the call for it
+                logger.warning("hlvllm: precompile of %s N=%d K=%d failed (%s)", fmt, n, k, exc)
         try:
             out = helion_fn()
             if not capturing and (fmt, m, n, k) not in _validated:

@@ -50,6 +50,22 @@ def helion_config(fmt: str, m: int, n: int, k: int, device: torch.device) -> dic
     return config
 
 
+def compile_key(fmt: str, m: int, n: int, k: int, device: torch.device) -> tuple[str, int]:
+    """What the Helion GEMM compiles for this call: the config it runs (:func:`helion_config`, else
+    the picker's) and Triton's specialization class of M (:func:`hlvllm.precompile.triton_class`)."""
+    import json
+
+    from hlcore.scaled_mm_config import pick_scaled_mm_config
+    from hlvllm.precompile import triton_class
+
+    config = helion_config(fmt, m, n, k, device)
+    if config is None:
+        text = pick_scaled_mm_config(fmt, m, n, k, device=device).config_json
+    else:
+        text = json.dumps(config, sort_keys=True)
+    return text, triton_class(m)
+
+
 def _helion_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias):
     from hlcore.scaled_mm import scaled_mm
 
@@ -76,14 +92,16 @@ def scaled_mm_impl(
         a2, sa2 = ones_like_rows(a, m, size), ones_like_rows(scale_a, m, size)
         return _helion_scaled_mm(a2, b, sa2, scale_b, out_dtype, bias)
 
+    fmt = "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic"
     return dispatch.run(
-        "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic",
+        fmt,
         m,
         n,
         k,
         lambda: _helion_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
         lambda: _fallback_scaled_mm(a, b, scale_a, scale_b, out_dtype, bias),
         helion_at,
+        lambda size: compile_key(fmt, size, n, k, a.device),
     )
 
 
@@ -101,8 +119,6 @@ def block_scaled_mm_impl(
     n = weight.shape[0]
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=x.device)
-    from hlvllm.precompile import ones_like_rows
-
     return dispatch.run(
         "block_fp8",
         m,
@@ -110,7 +126,8 @@ def block_scaled_mm_impl(
         k,
         lambda: kernel.helion_path(layer, x, out_dtype, bias),
         lambda: kernel.fallback_path(layer, x, out_dtype, bias),
-        lambda size: kernel.helion_path(layer, ones_like_rows(x, m, size), out_dtype, bias),
+        lambda size: kernel.helion_gemm_at(layer, size, out_dtype, bias),  # GEMM only, no quant
+        lambda size: compile_key("block_fp8", size, n, k, x.device),
     )
 
 

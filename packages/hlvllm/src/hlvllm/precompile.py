@@ -4,31 +4,37 @@ Without it, vLLM's capture loop compiles Helion's kernels one size at a time: th
 before each size's capture binds the kernel, generates Triton code and compiles it (1-3 s each on
 the H200; 19-31 s of extra capture time per engine, docs/benchmarks.md). With
 ``HL_PRECOMPILE_THREADS=N`` (N > 1; default 0, off), the first eager Helion call of a (format, N, K)
-first runs the same Helion call for every other capture size of that shape that will use Helion,
-``N`` at a time in threads, and waits for them, so the later warm-up calls find their kernels
-compiled. Helion's binding and code generation are Python and share the GIL; Triton's compile
-(MLIR passes, ``ptxas``) releases it, and that is the part that runs in parallel (4 Triton compiles
-in 2 threads took 0.99 s against 2.16 s one after the other on a 2-core CPU machine).
+first runs the Helion GEMM at every capture size of that shape that will use Helion (its own size
+too), ``N`` at a time in threads, and waits for them, so the warm-up calls find their kernels
+compiled. Helion's binding and code generation are Python and share the GIL (Helion also serialises
+them per kernel); Triton's compile (MLIR passes, ``ptxas``) releases it, and that is the part that
+runs in parallel (4 Triton compiles in 2 threads took 0.99 s against 2.16 s one after the other on
+a 2-core CPU machine). Sizes whose config and Triton specialization class (M = 1, M divisible by 16,
+other) are the same compile one kernel, so one size per such group runs.
 
-Each job calls Helion on operands of the real call's dtypes, layouts and devices with M rows
-(``helion_at(m)``: activations and per-token scales of ones, the layer's own weight and scales), so
-the kernels compiled are the ones the real calls at those sizes run. Nothing here changes a result:
-every size's real first call still runs and is checked against vLLM's kernel
-(:func:`hlvllm.dispatch.run`). A job that fails is logged at debug level only: the real call at
-that size meets the same error and falls back with its warning. Not under CUDA-graph capture, not
-twice for a shape; under the CPU interpreters (``TRITON_INTERPRET``, ``HELION_INTERPRET``, whose
-global state threads would share) the jobs run one after the other.
+Each job calls the GEMM only (no activation quantization, no aux op) on operands of the real
+call's dtypes and layouts with M rows (``helion_at(m)``: activations and per-token scales of ones,
+the layer's own weight and scales), on the calling thread's CUDA device and stream, so the kernels
+compiled are the ones the real calls at those sizes run. Nothing here changes a result: every
+size's real first call still runs and is checked against vLLM's kernel (:func:`hlvllm.dispatch.run`).
+A job that fails is logged at debug level only: the real call at that size meets the same error and
+falls back with its warning. Not under CUDA-graph capture, not twice for a shape; the capture sizes
+are read from vLLM's compilation config when the precompile runs (vLLM may change them after model
+load). Under the CPU interpreters (``TRITON_INTERPRET``, ``HELION_INTERPRET``, whose global state
+threads would share) the jobs run one after the other.
 
 Experimental: not yet measured on a GPU (docs/configuration.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 
@@ -37,29 +43,66 @@ from hlvllm.settings import get_settings
 logger = logging.getLogger("vllm.hlvllm")
 
 _capture_sizes: tuple[int, ...] = ()
+_compilation_config: Any = None  # vLLM's CompilationConfig, read when the precompile runs
 _done: set[tuple[str, int, int]] = set()  # (fmt, N, K) already precompiled in this process
 
 
 def set_capture_sizes(sizes: Iterable[int]) -> None:
-    """Record vLLM's CUDA-graph capture sizes (``compilation_config.cudagraph_capture_sizes``)."""
+    """Fix the capture sizes (tests; an engine uses :func:`set_compilation_config`)."""
     global _capture_sizes
-    _capture_sizes = tuple(sorted({int(s) for s in sizes if int(s) > 0} | set(_capture_sizes)))
+    _capture_sizes = tuple(sorted({int(s) for s in sizes if int(s) > 0}))
+
+
+def set_compilation_config(config: Any) -> None:
+    """Keep vLLM's ``CompilationConfig``: its capture sizes and CUDA-graph mode are read at
+    precompile time (vLLM rounds the sizes again after model load, e.g. for speculative decoding)."""
+    global _compilation_config
+    _compilation_config = config
 
 
 def capture_sizes() -> tuple[int, ...]:
-    return _capture_sizes
+    """The CUDA-graph capture sizes now: from the kept compilation config (empty when CUDA graphs
+    are off), else the fixed ones."""
+    if _compilation_config is None:
+        return _capture_sizes
+    from hlvllm.support import capture_sizes_of
+
+    return tuple(sorted(set(capture_sizes_of(_compilation_config))))
+
+
+def triton_class(m: int) -> int:
+    """Triton's specialization of an integer argument: 1, divisible by 16, or neither (0)."""
+    return 1 if m == 1 else 16 if m % 16 == 0 else 0
 
 
 def ones_like_rows(t: torch.Tensor | None, m_old: int, m_new: int) -> torch.Tensor | None:
-    """``t`` with ``m_new`` rows of ones when it is a per-row tensor of the call (first dim
-    ``m_old``, contiguous), else ``t`` itself (weights, per-channel scales, bias, None)."""
-    if t is None or t.dim() == 0 or t.shape[0] != m_old or not t.is_contiguous():
+    """``t`` with ``m_new`` rows of ones and ``t``'s layout when it is a per-row tensor of the call
+    (2-D, first dim ``m_old``: row-major contiguous, or column-major as a transposed contiguous
+    tensor); else ``t`` itself (weights, per-channel scales, bias, None). A per-row tensor with any
+    other layout is a ``ValueError`` (that precompile job is skipped)."""
+    if t is None or t.dim() == 0 or t.shape[0] != m_old:
         return t
-    return torch.ones((m_new, *t.shape[1:]), dtype=t.dtype, device=t.device)
+    if t.is_contiguous():
+        return torch.ones((m_new, *t.shape[1:]), dtype=t.dtype, device=t.device)
+    if t.dim() == 2 and t.t().is_contiguous():
+        return torch.ones((t.shape[1], m_new), dtype=t.dtype, device=t.device).t()
+    raise ValueError(f"per-row tensor {tuple(t.shape)} with strides {t.stride()}: layout not reproduced")
 
 
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("HELION_INTERPRET") == "1"
+
+
+def _representatives(sizes: list[int], m: int, group_key: Callable[[int], Hashable] | None) -> list[int]:
+    """One size per group (``m`` for its own group), in ``sizes`` order."""
+    if group_key is None:
+        return sizes
+    chosen: dict[Hashable, int] = {}
+    for s in sizes:
+        key = group_key(s)
+        if key not in chosen or s == m:
+            chosen[key] = s
+    return [s for s in sizes if s in set(chosen.values())]
 
 
 def precompile_shape(
@@ -69,33 +112,45 @@ def precompile_shape(
     k: int,
     helion_at: Callable[[int], object],
     will_use_helion: Callable[[int], bool],
+    group_key: Callable[[int], Hashable] | None = None,
 ) -> list[int]:
-    """Run ``helion_at(size)`` for each capture size of (``fmt``, ``n``, ``k``) other than ``m`` for
-    which ``will_use_helion(size)``, in ``HL_PRECOMPILE_THREADS`` threads; return those sizes (empty
-    when off, already done for this shape, or under capture)."""
+    """Run ``helion_at(size)`` for one size per ``group_key`` group of the capture sizes of
+    (``fmt``, ``n``, ``k``) (``m`` included) for which ``will_use_helion(size)``, in
+    ``HL_PRECOMPILE_THREADS`` threads; return the sizes run (empty when off, already done for this
+    shape, or under capture)."""
     threads = get_settings().precompile_threads
     if threads <= 1 or (fmt, n, k) in _done:
         return []
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    cuda = torch.cuda.is_available()
+    if cuda and torch.cuda.is_current_stream_capturing():
         return []
     _done.add((fmt, n, k))
-    sizes = [s for s in _capture_sizes if s != m and will_use_helion(s)]
-    if not sizes:
+    sizes = [s for s in capture_sizes() if s == m or will_use_helion(s)]
+    if m not in sizes:
+        sizes = sorted([*sizes, m])
+    sizes = _representatives(sizes, m, group_key)
+    if len(sizes) < 2:
         return []
     workers = 1 if _interpreted() else min(threads, len(sizes))
+    device = torch.cuda.current_device() if cuda else None
+    stream = torch.cuda.current_stream() if cuda else None
     start = time.perf_counter()
     failed: list[str] = []
 
     def job(size: int) -> None:
         try:
-            helion_at(size)
+            with (
+                torch.cuda.device(device) if cuda else contextlib.nullcontext(),
+                torch.cuda.stream(stream) if cuda else contextlib.nullcontext(),
+            ):
+                helion_at(size)
         except Exception as exc:  # noqa: BLE001 - the real call at this size reports it
             failed.append(f"M={size}: {type(exc).__name__}: {str(exc)[:200]}")
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hlvllm-precompile") as pool:
         list(pool.map(job, sizes))
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.current_stream().synchronize()
     logger.info(
         "hlvllm: precompiled %s N=%d K=%d at M=%s in %.1f s (%d threads)%s",
         fmt,
@@ -112,7 +167,8 @@ def precompile_shape(
 
 
 def reset() -> None:
-    """Forget capture sizes and precompiled shapes (tests)."""
-    global _capture_sizes
+    """Forget capture sizes, the compilation config and precompiled shapes (tests)."""
+    global _capture_sizes, _compilation_config
     _capture_sizes = ()
+    _compilation_config = None
     _done.clear()

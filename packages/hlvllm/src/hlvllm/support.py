@@ -95,23 +95,26 @@ def cudagraph_capture_limit() -> tuple[int, str | None]:
     return size, None
 
 
-def cudagraph_capture_sizes() -> list[int]:
-    """The CUDA-graph capture sizes of the current vLLM config (empty when CUDA graphs are off)."""
-    from vllm.config import get_current_vllm_config
+def capture_sizes_of(cfg) -> list[int]:
+    """The CUDA-graph capture sizes of a vLLM ``CompilationConfig`` (empty when CUDA graphs are off)."""
+    from vllm.config import CUDAGraphMode
 
-    size, _ = cudagraph_capture_limit()
-    cfg = get_current_vllm_config().compilation_config
-    return [int(s) for s in (cfg.cudagraph_capture_sizes or []) if 0 < int(s) <= size] if size else []
+    if cfg.cudagraph_mode is None or cfg.cudagraph_mode == CUDAGraphMode.NONE:
+        return []
+    limit = cfg.max_cudagraph_capture_size or 0
+    return [int(s) for s in (cfg.cudagraph_capture_sizes or []) if 0 < int(s) <= limit]
 
 
 def announce(fmt: str, fallback: str) -> None:
     """At kernel construction: record the CUDA-graph capture limit for dispatch and log, once per
     format and process, which kernel runs which batch sizes."""
+    from vllm.config import get_current_vllm_config
+
     from hlvllm import dispatch, precompile
 
     size, _ = cudagraph_capture_limit()
     dispatch.set_capture_limit(size)
-    precompile.set_capture_sizes(cudagraph_capture_sizes())
+    precompile.set_compilation_config(get_current_vllm_config().compilation_config)
     if fmt not in _announced:
         _announced.add(fmt)
         logger.info(

@@ -117,9 +117,9 @@ def test_marked_keys_route_to_cutlass(monkeypatch):
 
 
 def test_threaded_precompile_then_every_size_matches_cutlass(op, monkeypatch, caplog):
-    """HL_PRECOMPILE_THREADS=8: the first call of a shape compiles its other capture sizes in threads
-    (Triton compiles in parallel); every size's own first call then matches CUTLASS, and the
-    precompiled sizes' first calls compile nothing new (fast). Prints the times for the record."""
+    """HL_PRECOMPILE_THREADS=8: the first call of a shape compiles the kernels of all its capture
+    sizes in threads (Triton compiles in parallel); every size's own first call then matches CUTLASS,
+    and the later sizes' first calls compile nothing new (fast). Prints the times for the record."""
     import logging
     import time
 
@@ -145,5 +145,5 @@ def test_threaded_precompile_then_every_size_matches_cutlass(op, monkeypatch, ca
             assert rel_error(out, cutlass) <= TOL, m
             assert dispatch.DISPATCH_COUNTS[("helion", m, n, k)] == 1
     print("first-call seconds with threaded precompile:", {m: round(t, 2) for m, t in times.items()})
-    assert "precompiled fp8_dynamic N=4096 K=12288 at M=1,2,4,8,16,24" in caplog.text
+    assert "precompiled fp8_dynamic N=4096 K=12288 at M=" in caplog.text  # one size per kernel
     assert max(times[m] for m in (24, 16, 8, 4, 2, 1)) < 1.0  # compiled already: no Helion compile left
