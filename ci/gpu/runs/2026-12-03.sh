@@ -11,8 +11,10 @@
 #   B1, B2  issue 6: Qwen3-8B Block_FP8 at full depth, vLLM (B1) then the plugin (B2), one engine per
 #      device call (each ~130-160 s to start, and the measurement took > 110 s on 2026-12-01: the
 #      worker now prints its progress), VLLM_DEEP_GEMM_WARMUP=skip, one DeepGEMM JIT cache for both in
-#      /tmp/dg-jit (kept while the machine stays up). Merge the two runs' JSONs afterwards with
-#      `hltools.e2e.write_e2e` (as for 2026-12-01/e2e) and `hltools bench report`.
+#      /tmp/dg-jit (kept while the machine stays up). Join them afterwards with
+#      `hltools bench merge-e2e B1/e2e-8b-block-off/e2e-*.json B2/e2e-8b-block-on/e2e-*.json --output DIR`.
+#      Likely cause of the slow measurement: DeepGEMM JIT-compiles (nvcc) a kernel per new block_m
+#      choice, and the prefills (64, 128, 1024, 4096 tokens) meet new ones with the warm-up skipped.
 #   L2 issue 6: Qwen3-1.7B FP8_Dynamic at full depth again, 2 rounds (the 2026-12-01 afternoon run had
 #      vLLM 1.3-1.5x slower than the midday one: host noise; round 1 starts warm, so it is quick).
 #   K  issue 4: kernel benchmarks of the shipped-model shapes with no key yet (Qwen3-32B in three

@@ -386,3 +386,38 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
     result = runner.invoke(app, ["bench", "report", str(plain), "--no-plots"])
     assert result.exit_code == 0 and "GEMM only" in _flat(result.output) and "fused" not in result.output
     assert "fused aux" not in (plain / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+
+
+def test_merge_e2e_joins_runs_of_separate_commands(tmp_path):
+    """Two `bench e2e` commands (plugin off, plugin on) joined give the summary of one command with
+    both: checked on a committed H200 result split in two."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[3] / "docs/benchmarks/2026-12-01-afternoon/1.7b-e2e"
+    whole = json.loads(gzip.decompress((src / "e2e-qwen3-1.7b-fp8_dynamic.json.gz").read_bytes()))
+    parts = []
+    for plugin in ("off", "on"):
+        part = {
+            "metadata": {**whole["metadata"], "plugins": [plugin]},
+            "runs": [r for r in whole["runs"] if r["plugin"] == plugin],
+        }
+        parts.append(tmp_path / f"{plugin}.json")
+        parts[-1].write_text(json.dumps(part))
+    out = tmp_path / "merged"
+    result = runner.invoke(app, ["bench", "merge-e2e", *map(str, parts), "--output", str(out), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    merged = json.loads((out / "e2e-qwen3-1.7b-fp8_dynamic.json").read_text())
+    assert merged["summary"]["rows"] == whole["summary"]["rows"] and merged["metadata"]["plugins"] == [
+        "off",
+        "on",
+    ]
+    assert "| 8 | 2184 | 3277 | 1.500 |" in (out / "e2e-qwen3-1.7b-fp8_dynamic.md").read_text()
+    again = runner.invoke(app, ["bench", "merge-e2e", str(parts[0]), str(parts[0]), "--output", str(out)])
+    assert again.exit_code == 2 and "the same (plugin, round)" in _flat(again.output)
+    other = json.loads(parts[1].read_text())
+    other["metadata"]["layers"] = 8
+    parts[1].write_text(json.dumps(other))
+    bad = runner.invoke(app, ["bench", "merge-e2e", *map(str, parts), "--output", str(out)])
+    assert bad.exit_code == 2 and "disagree on layers" in _flat(bad.output)

@@ -619,6 +619,61 @@ def report(
         raise typer.Exit(1)
 
 
+@bench_app.command("merge-e2e")
+def merge_e2e(
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="`e2e-<model>-<format>.json` (or `.json.gz`) files of `bench e2e` runs to join."),
+    ],
+    output: Annotated[Path, typer.Option(help="Directory for the merged result.")] = Path("bench-results"),
+    plots: Annotated[bool, typer.Option(help="Draw the PNG.")] = True,
+) -> None:
+    """Join `bench e2e` results of the same model, format, layers, TP and GPU that ran as separate
+    commands (e.g. `--plugins off` and `--plugins on` in two device calls) into one result with one
+    summary: `e2e-<model>-<format>[-tp<N>].{json,csv,md,png}` in --output. Exits 2 when the files
+    disagree on those fields or hold the same (plugin, round) twice."""
+    import gzip
+    import json
+
+    from hltools import e2e as e
+
+    console = _console()
+    metas, runs = [], []
+    for path in files:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        payload = json.loads(raw)
+        if "runs" not in payload:
+            raise typer.BadParameter(f"{path}: not a `bench e2e` result (no runs)", param_hint="FILES")
+        metas.append(payload.get("metadata", {}))
+        runs += payload["runs"]
+    same = ("model", "format", "layers", "tensor_parallel_size", "gpu")
+    for field in same:
+        values = {json.dumps(m.get(field)) for m in metas}
+        if len(values) > 1:
+            raise typer.BadParameter(f"the files disagree on {field}: {sorted(values)}", param_hint="FILES")
+    seen = [(r.get("plugin"), r.get("round")) for r in runs]
+    twice = sorted({k for k in seen if seen.count(k) > 1}, key=str)
+    if twice:
+        raise typer.BadParameter(f"the same (plugin, round) in several files: {twice}", param_hint="FILES")
+    meta = dict(metas[0])
+    meta["plugins"] = list(dict.fromkeys(str(r.get("plugin")) for r in runs))
+    meta["failed"] = {k: v for m in metas for k, v in (m.get("failed") or {}).items()}
+    meta["merged_from"] = [
+        {"file": str(p), "command": m.get("command"), "commit": m.get("commit")}
+        for p, m in zip(files, metas, strict=True)
+    ]
+    tp = meta.get("tensor_parallel_size") or 1
+    stem = f"e2e-{meta.get('model')}-{meta.get('format')}" + (f"-tp{tp}" if tp > 1 else "")
+    output.mkdir(parents=True, exist_ok=True)
+    written = e.write_e2e(output, stem, meta, runs)
+    summary = written["summary"]
+    console.print(e2e_table(summary, f"{stem}: output tokens/s"))
+    (output / f"{stem}.md").write_text(e.summary_markdown(meta, summary))
+    if plots:
+        _plot_e2e(console, summary, output / f"{stem}.png", meta)
+    console.print(f"merged {len(runs)} runs from {len(files)} files into {written['json']}")
+
+
 # --------------------------------------------------------------------------------------------
 # gap
 # --------------------------------------------------------------------------------------------
