@@ -274,23 +274,28 @@ def test_report_reads_gzipped_results_as_committed(tmp_path):
         {"plugin": p, "round": 0, "startup_s": 50.0, "throughput": {"1": {"tokens_per_s": v, "tpot_ms": 9.0, "ttft_ms": 30.0}}}
         for p, v in (("off", 100.0), ("on", 80.0))
     ]  # fmt: skip
-    e2e.write_e2e(tmp_path, "e2e-m-fp8_dynamic", {**META, "model": "m", "format": "fp8_dynamic"}, runs)
+    e2e.write_e2e(
+        tmp_path, "e2e-m-1.7b-fp8_dynamic", {**META, "model": "m-1.7b", "format": "fp8_dynamic"}, runs
+    )
     results = [
         BenchResult("m", "o", "fp8_dynamic", prov, kern, 1, 4096, 4096, median_us=us, **META)
         for prov, kern, us in (("helion", "helion scaled_mm", 10.0), ("vllm", "vllm cutlass_scaled_mm", 15.0))
     ]
     bench.write_results(tmp_path, results, META)
-    for name in ("e2e-m-fp8_dynamic.json", bench.RESULTS_JSON):
+    for name in ("e2e-m-1.7b-fp8_dynamic.json", bench.RESULTS_JSON):
         src = tmp_path / name
         (tmp_path / (name + ".gz")).write_bytes(gzip.compress(src.read_bytes()))
         src.unlink()
-    for name in ("e2e-m-fp8_dynamic.md", "e2e-m-fp8_dynamic.png", bench.SUMMARY_MD):
+    for name in ("e2e-m-1.7b-fp8_dynamic.md", "e2e-m-1.7b-fp8_dynamic.png", bench.SUMMARY_MD):
         (tmp_path / name).unlink(missing_ok=True)
     result = runner.invoke(app, ["bench", "report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
     assert "0.800" in out and "fp8_dynamic 1.500x" in out
-    assert (tmp_path / "e2e-m-fp8_dynamic.md").is_file() and (tmp_path / "e2e-m-fp8_dynamic.png").is_file()
+    # a dot in the model name (1.7b) must not be taken for a suffix
+    assert (tmp_path / "e2e-m-1.7b-fp8_dynamic.md").is_file() and (
+        tmp_path / "e2e-m-1.7b-fp8_dynamic.png"
+    ).is_file()
     assert (tmp_path / bench.SUMMARY_MD).is_file()
 
 
@@ -355,10 +360,14 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
     cells = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
     assert float(cells["speedup_fused"]) == 1.6 and float(cells["speedup_gemm"]) == 1.4
     assert float(cells["speedup_aux"]) == 1.1
-    assert csv[0].split(",")[-10:] == [
-        f"{k}_{name}"
-        for name in ("aux", "fused")
-        for k in ("tokens_per_s", "speedup", "tpot_ms", "tpot_speedup", "ttft_ms")
+    assert csv[0].split(",")[-12:] == [
+        *(
+            f"{k}_{name}"
+            for name in ("aux", "fused")
+            for k in ("tokens_per_s", "speedup", "tpot_ms", "tpot_speedup", "ttft_ms")
+        ),
+        "spread_pct_off",
+        "spread_pct_on",
     ]
 
     table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm", "aux", "fused"))), "t")
@@ -395,6 +404,8 @@ def test_merge_e2e_joins_runs_of_separate_commands(tmp_path):
     import json
     from pathlib import Path
 
+    from hltools import e2e
+
     src = Path(__file__).resolve().parents[3] / "docs/benchmarks/2026-12-01-afternoon/1.7b-e2e"
     whole = json.loads(gzip.decompress((src / "e2e-qwen3-1.7b-fp8_dynamic.json.gz").read_bytes()))
     parts = []
@@ -409,10 +420,9 @@ def test_merge_e2e_joins_runs_of_separate_commands(tmp_path):
     result = runner.invoke(app, ["bench", "merge-e2e", *map(str, parts), "--output", str(out), "--no-plots"])
     assert result.exit_code == 0, result.output
     merged = json.loads((out / "e2e-qwen3-1.7b-fp8_dynamic.json").read_text())
-    assert merged["summary"]["rows"] == whole["summary"]["rows"] and merged["metadata"]["plugins"] == [
-        "off",
-        "on",
-    ]
+    assert merged["summary"]["rows"] == e2e.summarize(whole["runs"])["rows"]
+    assert merged["summary"]["rows"][1]["tokens_per_s_on"] == whole["summary"]["rows"][1]["tokens_per_s_on"]
+    assert merged["metadata"]["plugins"] == ["off", "on"]
     assert "| 8 | 2184 | 3277 | 1.500 |" in (out / "e2e-qwen3-1.7b-fp8_dynamic.md").read_text()
     again = runner.invoke(app, ["bench", "merge-e2e", str(parts[0]), str(parts[0]), "--output", str(out)])
     assert again.exit_code == 2 and "the same (plugin, round)" in _flat(again.output)

@@ -533,6 +533,7 @@ def test_summary_fields_add_gemm_aux_fused_in_order():
         "tokens_per_s_gemm", "speedup_gemm", "tpot_ms_gemm", "tpot_speedup_gemm", "ttft_ms_gemm",
         "tokens_per_s_aux", "speedup_aux", "tpot_ms_aux", "tpot_speedup_aux", "ttft_ms_aux",
         "tokens_per_s_fused", "speedup_fused", "tpot_ms_fused", "tpot_speedup_fused", "ttft_ms_fused",
+        "spread_pct_off", "spread_pct_on",
     )  # fmt: skip
 
 
@@ -942,3 +943,24 @@ def test_run_e2e_with_gemm_aux_and_fused_runs(tmp_path, monkeypatch):
     md = (tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.md").read_text()
     assert "| 4 | 400 | 440 | 1.100 |" in md and "| 500 | 1.250 |" in md and "| 600 | 1.500 |" in md
     assert md.index("| 500 | 1.250 |") < md.index("| 420 | 1.050 |") < md.index("| 600 | 1.500 |")
+
+
+def test_repeat_spread_flags_noisy_rows():
+    """Spread = slowest / fastest timed generate - 1 over all rounds of a setting; above 10 % the
+    markdown says that row's speedup is noise."""
+
+    def run(plugin, rnd, full):
+        t = {"tokens_per_s": 128 / sorted(full)[len(full) // 2], "tpot_ms": 3.0, "ttft_ms": 20.0}
+        return {"plugin": plugin, "round": rnd, "startup_s": 60.0, "throughput": {"1": {**t, "samples_full_s": full}, "8": {**t, "samples_full_s": [0.5, 0.505]}}}  # fmt: skip
+
+    runs = [run("off", 0, [0.30, 0.40, 0.41]), run("on", 0, [0.30, 0.31]), run("on", 1, [0.32, 0.30])]
+    s = e2e.summarize(runs)
+    r1, r8 = s["rows"]
+    assert r1["spread_pct_off"] == pytest.approx(100 * (0.41 / 0.30 - 1))
+    assert r1["spread_pct_on"] == pytest.approx(100 * (0.32 / 0.30 - 1))  # both rounds' samples
+    assert r8["spread_pct_off"] == pytest.approx(1.0)
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic"}, s)
+    assert "vLLM 37 / 1; hlvllm 7 / 1." in md
+    assert "**Noisy (> 10 %): vLLM at concurrency 1: a speedup there is noise**" in md
+    quiet = e2e.summary_markdown({}, e2e.summarize(runs[1:2]))
+    assert "Noisy" not in quiet and e2e._spread_pct([0.3]) is None

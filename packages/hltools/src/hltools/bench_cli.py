@@ -607,13 +607,13 @@ def report(
         found = True
         meta, runs = payload.get("metadata", {}), payload.get("runs", [])
         summary = e.summarize(runs)
-        stem = directory / name.removesuffix(".json")
-        console.print(e2e_table(summary, f"{stem.name}: output tokens/s"))
+        stem = name.removesuffix(".json")  # e2e-qwen3-1.7b-fp8_dynamic: no Path.with_suffix (".7b-...")
+        console.print(e2e_table(summary, f"{stem}: output tokens/s"))
         if summary.get("helion_ranks"):
             console.print(e.helion_line(summary["helion_ranks"]), highlight=False)
-        stem.with_suffix(".md").write_text(e.summary_markdown(meta, summary))
+        (directory / f"{stem}.md").write_text(e.summary_markdown(meta, summary))
         if plots:
-            _plot_e2e(console, summary, stem.with_suffix(".png"), meta)
+            _plot_e2e(console, summary, directory / f"{stem}.png", meta)
     if not found:
         console.print(f"[bold red]no kernels.json or e2e-*.json results in {directory}")
         raise typer.Exit(1)

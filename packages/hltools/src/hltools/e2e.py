@@ -447,9 +447,20 @@ def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
     return {**counts, "inactive": inactive}
 
 
+#: Above this spread of a setting's timed repeats (slowest / fastest - 1, %), a row's ratio is noise.
+NOISY_SPREAD_PCT = 10.0
+
+
+def _spread_pct(samples: Sequence[float]) -> float | None:
+    """Slowest over fastest timed ``generate``, minus 1, in % (None without two samples)."""
+    samples = [x for x in samples if x and x > 0]
+    return 100.0 * (max(samples) / min(samples) - 1.0) if len(samples) > 1 else None
+
+
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregate worker results: per concurrency, each plugin setting's tokens/s, TPOT and TTFT
-    (median over rounds; ``None`` for a setting without runs) and the ratios to ``off`` (``speedup``,
+    (median over rounds; ``None`` for a setting without runs), the spread of its timed repeats over
+    all rounds (``spread_pct_<setting>``: slowest / fastest - 1, in %) and the ratios to ``off`` (``speedup``,
     ``tpot_speedup``: ``on``; ``speedup_<name>``, ``tpot_speedup_<name>``: each extra setting,
     ``gemm``, ``aux``, ``fused``); start-up times (cold = round 0, warm = median of later rounds) and their
     deltas to ``off`` (``delta_*``: ``on``; ``delta_<name>_*``, with that setting's runs only); greedy
@@ -472,6 +483,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             row[f"tokens_per_s_{p}"] = _median([t["tokens_per_s"] for t in pts])
             row[f"tpot_ms_{p}"] = _median([t["tpot_ms"] for t in pts])
             row[f"ttft_ms_{p}"] = _median([t["ttft_ms"] for t in pts])
+            row[f"spread_pct_{p}"] = _spread_pct([x for t in pts for x in t.get("samples_full_s") or ()])
         off, loff = row["tokens_per_s_off"], row["tpot_ms_off"]
         for p, suffix in (("on", ""), *((x.name, x.suffix) for x in EXTRA_SETTINGS.values())):
             tps, lat = row[f"tokens_per_s_{p}"], row[f"tpot_ms_{p}"]
@@ -565,6 +577,8 @@ SUMMARY_FIELDS = (
         for x in EXTRA_SETTINGS.values()
         for key in ("tokens_per_s", "speedup", "tpot_ms", "tpot_speedup", "ttft_ms")
     ),
+    "spread_pct_off",
+    "spread_pct_on",
 )
 
 
@@ -628,6 +642,33 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
                 f"{f(r.get('tpot_ms' + n), '.2f')} | {f(r.get('ttft_ms' + n), '.1f')} |"
             )
         lines.append(line)
+    settings = [("off", "vLLM"), ("on", "hlvllm"), *((x.name, x.label) for x in extras)]
+    settings = [
+        (p, label)
+        for p, label in settings
+        if any(r.get(f"spread_pct_{p}") is not None for r in summary["rows"])
+    ]
+    if settings:
+        per = "; ".join(
+            f"{label} " + " / ".join(f(r.get(f"spread_pct_{p}"), ".0f") for r in summary["rows"])
+            for p, label in settings
+        )
+        noisy = []
+        for p, label in settings:
+            cs = [
+                r["concurrency"]
+                for r in summary["rows"]
+                if (r.get(f"spread_pct_{p}") or 0) > NOISY_SPREAD_PCT
+            ]
+            if cs:
+                noisy.append(f"{label} at concurrency {', '.join(map(str, cs))}")
+        line = f"Spread of the timed repeats (slowest / fastest - 1, %, per concurrency as above): {per}."
+        if noisy:
+            line += (
+                f" **Noisy (> {NOISY_SPREAD_PCT:.0f} %): {'; '.join(noisy)}: a speedup there is noise** "
+                "(vLLM's spread counts for every speedup of its row)."
+            )
+        lines += ["", line]
     s = summary["startup"]
     head = "| start-up | vLLM s | hlvllm s | delta s |" + "".join(
         f" {x.label} s | delta {x.label} s |" for x in extras
