@@ -246,13 +246,18 @@ def test_repro_command():
     )
 
 
+def _off_on_runs(off_tps, on_tps):
+    """Two round-0 engine runs (plugin off, on) at concurrency 1 with these tokens/s."""
+    return [
+        {"plugin": p, "round": 0, "startup_s": 50.0, "throughput": {"1": {"tokens_per_s": v, "tpot_ms": 9.0, "ttft_ms": 30.0}}}
+        for p, v in (("off", off_tps), ("on", on_tps))
+    ]  # fmt: skip
+
+
 def test_report_reads_e2e_results(tmp_path):
     from hltools import e2e
 
-    runs = [
-        {"plugin": p, "round": 0, "startup_s": 50.0, "throughput": {"1": {"tokens_per_s": v, "tpot_ms": 9.0, "ttft_ms": 30.0}}}
-        for p, v in (("off", 100.0), ("on", 125.0))
-    ]  # fmt: skip
+    runs = _off_on_runs(100.0, 125.0)
     e2e.write_e2e(
         tmp_path, "e2e-qwen3-8b-fp8_dynamic", {**META, "model": "qwen3-8b", "format": "fp8_dynamic"}, runs
     )
@@ -270,10 +275,7 @@ def test_report_reads_gzipped_results_as_committed(tmp_path):
 
     from hltools import e2e
 
-    runs = [
-        {"plugin": p, "round": 0, "startup_s": 50.0, "throughput": {"1": {"tokens_per_s": v, "tpot_ms": 9.0, "ttft_ms": 30.0}}}
-        for p, v in (("off", 100.0), ("on", 80.0))
-    ]  # fmt: skip
+    runs = _off_on_runs(100.0, 80.0)
     e2e.write_e2e(
         tmp_path, "e2e-m-1.7b-fp8_dynamic", {**META, "model": "m-1.7b", "format": "fp8_dynamic"}, runs
     )
