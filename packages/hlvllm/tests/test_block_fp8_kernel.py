@@ -76,17 +76,23 @@ def test_block_can_implement_reasons(cuda_like, graphs_on_config):
 
 
 @pytest.mark.parametrize("m", [1, 17, 40])
-def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
+def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, caplog):
     """Helion path (M <= 32) equals the fp32 reference of the layer's own quantized activations and
-    block weights; M = 40 goes to vLLM's block kernel (its apply_weights, stubbed: CPU)."""
-    from hlvllm import dispatch
+    block weights; M = 40 goes to vLLM's block kernel (its apply_weights, stubbed: CPU). At M = 17
+    with HL_PRECOMPILE_THREADS=2 the first call precompiles the shape's other sizes first."""
+    import logging
+
+    from hlvllm import dispatch, precompile
     from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel, layer_for
     from hlvllm.plugin import register
     from hlvllm.settings import get_settings
 
     register()
     cuda_like.setenv("HL_HELION_EAGER", "1")
+    if m == 17:
+        cuda_like.setenv("HL_PRECOMPILE_THREADS", "2")
     get_settings.cache_clear()
+    caplog.set_level(logging.INFO, logger="vllm.hlvllm")
     n, k = 200, 300  # partial last blocks
     gen = torch.Generator().manual_seed(m)
     w_q, w_s = per_block_fp8_quant_ref(torch.randn(n, k, generator=gen) * 0.05)
@@ -111,7 +117,13 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m):
         layer_for(w_q.clone())
     x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
     bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+    precompile.set_compilation_config(None)
+    precompile.set_capture_sizes([1, 2, 17, 32])
     out = kernel.apply_weights(layer, x, bias)
+    if m == 17:  # the GEMM alone at the other sizes (ones), then the real call
+        assert "precompiled block_fp8 N=200 K=300 at M=" in caplog.text and "failed" not in caplog.text
+    else:
+        assert "precompiled" not in caplog.text
     q, s = kernel.quant_fp8(x.reshape(-1, k))
     assert s.shape == (m, 3)
     ref = scaled_mm_ref(q, w_q.t(), s, w_s, torch.bfloat16, bias, block_size=(128, 128))
