@@ -568,6 +568,15 @@ def _plot_e2e(console: Console, summary: dict, path: Path, meta: dict) -> None:
 # --------------------------------------------------------------------------------------------
 # report
 # --------------------------------------------------------------------------------------------
+def _read_json(path: Path) -> dict:
+    """A result file, plain or gzipped (``.json.gz``, as committed under docs/benchmarks/)."""
+    import gzip
+    import json
+
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
 @bench_app.command()
 def report(
     directory: Annotated[Path, typer.Argument(help="An output directory of `bench kernels` / `bench e2e`.")],
@@ -577,8 +586,6 @@ def report(
     measured where matplotlib is not installed). Reads ``kernels.json`` and ``e2e-*.json``, or their
     gzipped ``.json.gz`` (as committed under docs/benchmarks/). Exits 1 when the directory holds no
     results."""
-    import gzip
-    import json
 
     from hltools import bench, bench_gap
     from hltools import e2e as e
@@ -600,8 +607,7 @@ def report(
     e2e_files = {p.name.removesuffix(".gz"): p for p in sorted(directory.glob("e2e-*.json.gz"))}
     e2e_files.update({p.name: p for p in sorted(directory.glob("e2e-*.json"))})  # plain file wins
     for name, path in sorted(e2e_files.items()):
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        payload = json.loads(raw)
+        payload = _read_json(path)
         if "summary" not in payload:
             continue
         found = True
@@ -632,7 +638,6 @@ def merge_e2e(
     commands (e.g. `--plugins off` and `--plugins on` in two device calls) into one result with one
     summary: `e2e-<model>-<format>[-tp<N>].{json,csv,md,png}` in --output. Exits 2 when the files
     disagree on those fields or hold the same (plugin, round) twice."""
-    import gzip
     import json
 
     from hltools import e2e as e
@@ -640,8 +645,7 @@ def merge_e2e(
     console = _console()
     metas, runs = [], []
     for path in files:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        payload = json.loads(raw)
+        payload = _read_json(path)
         if "runs" not in payload:
             raise typer.BadParameter(f"{path}: not a `bench e2e` result (no runs)", param_hint="FILES")
         metas.append(payload.get("metadata", {}))

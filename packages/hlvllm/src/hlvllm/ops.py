@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from hlvllm import dispatch
+from hlvllm.precompile import ones_like_rows
 
 _lib: torch.library.Library | None = None
 
@@ -86,7 +87,6 @@ def scaled_mm_impl(
     n = b.shape[1]
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=a.device)
-    from hlvllm.precompile import ones_like_rows
 
     def helion_at(size: int) -> torch.Tensor:  # the same call at M = size (hlvllm.precompile)
         a2, sa2 = ones_like_rows(a, m, size), ones_like_rows(scale_a, m, size)

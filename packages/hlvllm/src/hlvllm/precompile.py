@@ -102,7 +102,8 @@ def _representatives(sizes: list[int], m: int, group_key: Callable[[int], Hashab
         key = group_key(s)
         if key not in chosen or s == m:
             chosen[key] = s
-    return [s for s in sizes if s in set(chosen.values())]
+    kept = set(chosen.values())
+    return [s for s in sizes if s in kept]
 
 
 def precompile_shape(
