@@ -192,3 +192,16 @@ def test_missing_matplotlib_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(PlotsUnavailable, match="hltools bench report"):
         plot_kernel_speedups(_results(), "unused")
+
+
+def test_e2e_plot_of_one_setting_alone_draws_its_tokens_per_s_only(tmp_path, monkeypatch):
+    # a `--plugins on` (or `off`) run alone has no ratios: the ratio panel's log axis had no data
+    # and savefig raised "Data cannot be log-scaled" (H200, 2026-12-01, phases B1/B2)
+    for setting in ("on", "off"):
+        rows = [
+            {"concurrency": c, f"tokens_per_s_{setting}": 200.0 * c, f"tpot_ms_{setting}": 4.0, "speedup": None}
+            for c in (1, 8, 32)
+        ]  # fmt: skip
+        (left,) = _drawn(monkeypatch, rows, tmp_path / f"{setting}.png")
+        label = "hlvllm" if setting == "on" else "vLLM (no plugin)"
+        assert left[label] == [200.0, 1600.0, 6400.0]

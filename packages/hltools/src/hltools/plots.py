@@ -132,7 +132,8 @@ def plot_e2e(rows: Sequence[Mapping[str, Any]], path: Path, *, metadata: Mapping
     (:data:`hltools.e2e.EXTRA_SETTINGS`; ``tokens_per_s_<name>``, ``speedup_<name>``,
     ``tpot_ms_<name>``: ``gemm``, Helion GEMMs only, ``HL_AUX_KERNELS=none``; ``aux``, Helion GEMMs
     and aux kernels, ``HL_AUX_KERNELS=all``; ``fused``, ``HL_AUX_FUSION=1``) add a series for it on
-    both sides."""
+    both sides. A run of one setting alone (``--plugins on``; rows without ratios) draws the left
+    panel only: join it with the other setting's run first (``hltools bench merge-e2e``)."""
     from hltools.e2e import EXTRA_SETTINGS
 
     plt = _pyplot()
@@ -144,7 +145,10 @@ def plot_e2e(rows: Sequence[Mapping[str, Any]], path: Path, *, metadata: Mapping
         x for x in EXTRA_SETTINGS.values() if any(r.get(f"tokens_per_s{x.suffix}") is not None for r in rows)
     ]
     small = "small" if extras else None
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    ratio_keys = ["speedup"] + [f"speedup{x.suffix}" for x in extras]
+    compared = any(r.get(k) is not None for r in rows for k in ratio_keys)
+    fig, axes = plt.subplots(1, 2 if compared else 1, figsize=(11 if compared else 6, 4.5), squeeze=False)
+    left = axes[0][0]
     series = [("tokens_per_s_off", "vLLM (no plugin)", "o-"), ("tokens_per_s_on", "hlvllm", "s-")]
     for x in extras:
         style = E2E_STYLES.get(x.name, ("*-",))[0]
@@ -157,6 +161,20 @@ def plot_e2e(rows: Sequence[Mapping[str, Any]], path: Path, *, metadata: Mapping
     left.set_ylabel("output tokens/s")
     left.legend(fontsize=small)
     left.grid(alpha=0.3)
+    if compared:
+        _draw_e2e_ratios(axes[0][1], rows, c, extras, small)
+    what = f"{metadata.get('model', '')} {metadata.get('format', '')}, {metadata.get('layers', '?')} layers"
+    fig.suptitle(f"vLLM end to end: {what}\n{_wrap(provenance_line(metadata), 140)}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _draw_e2e_ratios(
+    right: Any, rows: Sequence[Mapping[str, Any]], c: list, extras: list, small: str | None
+) -> None:
+    """plot_e2e's right panel: tokens/s and per-token latency ratios against vLLM vs concurrency."""
     on_label = "tokens/s ratio (hlvllm / vLLM)" if extras else "tokens/s ratio"
     right.plot(c, [_nan(r.get("speedup")) for r in rows], "s-", color="crimson", label=on_label)
     lat = [_ratio(r.get("tpot_ms_off"), r.get("tpot_ms_on")) for r in rows]
@@ -179,12 +197,6 @@ def plot_e2e(rows: Sequence[Mapping[str, Any]], path: Path, *, metadata: Mapping
     right.set_ylabel("plugin / no plugin (> 1 = plugin faster)")
     right.legend(fontsize=small)
     right.grid(alpha=0.3)
-    what = f"{metadata.get('model', '')} {metadata.get('format', '')}, {metadata.get('layers', '?')} layers"
-    fig.suptitle(f"vLLM end to end: {what}\n{_wrap(provenance_line(metadata), 140)}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def _wrap(text: str, width: int = 80) -> str:
