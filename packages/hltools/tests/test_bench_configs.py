@@ -344,7 +344,8 @@ def test_cli_only_new_keeps_existing_keys(tmp_path):
     old = cs.ConfigEntry(
         cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1), dict(TUNED), True, {"source": "autotune"}
     )
-    cs.save_config_file(path, [old], {"gpu": "nvidia_h200", "helion": "1.5.0"})
+    first = {"command": "hltools autotune --model qwen3-8b", "date": "2026-11-30", "earlier": [{"date": "x"}]}
+    cs.save_config_file(path, [old], {"gpu": "nvidia_h200", "helion": "1.5.0", **first})
     a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2))
     args = ["configs", "from-bench", str(a), "--output", str(out)]
     result = runner.invoke(app, [*args, "--only-new"])
@@ -355,6 +356,11 @@ def test_cli_only_new_keeps_existing_keys(tmp_path):
     assert one == old  # config, fallback mark and stats untouched
     assert two.config == default_scaled_mm_config(2, 6144, 4096) and two.fallback
     assert cf.metadata["command"].endswith("--only-new")
+    # where the kept key came from is not lost: the file's provenance, then what it had kept
+    assert cf.metadata["earlier"] == [
+        {"command": "hltools autotune --model qwen3-8b", "date": "2026-11-30"},
+        {"date": "x"},
+    ]
     # nothing new: the file is not rewritten
     before = path.read_text()
     result = runner.invoke(app, [*args, "--only-new"])

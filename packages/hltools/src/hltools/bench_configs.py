@@ -304,6 +304,19 @@ def bench_metadata(
     return {k: v for k, v in meta.items() if v not in ("", None) or k == "commit"}
 
 
+#: ``_metadata`` fields that say where a file's entries came from (kept under ``"earlier"`` on merge).
+PROVENANCE_FIELDS = ("command", "bench_commands", "date", "generated", "commit", "note")
+
+
+def earlier_provenance(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``"earlier"`` list of a file merged into: the provenance fields of its metadata
+    (:data:`PROVENANCE_FIELDS`) first, then what it already kept, so merging new benchmark keys
+    into a file never loses where its older keys came from (the new metadata replaces the old
+    fields, as :func:`hlcore.config_store.save_config_file` merges)."""
+    own = {f: metadata[f] for f in PROVENANCE_FIELDS if metadata.get(f) is not None}
+    return ([own] if own else []) + list(metadata.get("earlier", []))
+
+
 # --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
@@ -416,6 +429,8 @@ def from_bench(
                 )
                 raise typer.Exit(2)
             merge, present = False, set()  # as autotune --force: the file is started afresh
+        else:
+            metadata["earlier"] = earlier_provenance(current.metadata)
     kept = [e for e in entries if e.id in present] if only_new else []
     written = [e for e in entries if not (only_new and e.id in present)]
     if written:
