@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU runs planned after 2026-12-01 (evening), in phases of < 600 s (one device call each).
+# What each phase answers:
+#   T  (two-GPU kind) issue 8: Qwen3-8B FP8_Dynamic at TP=2, all 36 layers, plugin off and on.
+#   P  why is the plugin's time to first token longer (FP8_Dynamic +4 / +27 ms at concurrency 1 / 8;
+#      Block_FP8 24.7 -> 59.1 ms at 1 on 2026-12-01 evening)? Torch-profiler traces of one 1024-token
+#      prefill and a few decode steps of 8-layer Qwen3-8B FP8 engines, off and on (GEMMs only), and
+#      the side-by-side kernel table (ci/gpu/profile_e2e.py).
+#   L2 issue 6: Qwen3-1.7B FP8_Dynamic at full depth, 2 rounds (the 2026-12-01 afternoon run had vLLM
+#      1.3-1.5x slower than the midday one: host noise).
+#   B1, B2  issue 6: Qwen3-8B Block_FP8 at full depth at all six concurrencies, vLLM (B1) then the
+#      plugin (B2), one engine per device call, VLLM_DEEP_GEMM_WARMUP=skip and one DeepGEMM JIT cache
+#      in /tmp/dg-jit (kept while the machine stays up), 7 repeats: on 2026-12-01 evening DeepGEMM's
+#      JIT for prefill sizes it had not met stalled some concurrency-8 repeats of both engines by
+#      5-20 s; more repeats keep the median clear of them. Join the two runs afterwards with
+#      `hltools bench merge-e2e B1/e2e-8b-block-off/e2e-*.json B2/e2e-8b-block-on/e2e-*.json --output DIR`.
+#   K2 issue 4: second sample of the kernel benchmarks of Qwen3-8B (3 formats) and Qwen3-1.7B
+#      (fp8_dynamic, w8a8_int8) as shipped now (exact keys), on today's wheels.
+#   A2 issue 4: does a longer quick search beat the heuristic default? `hltools autotune --effort
+#      quick` of Qwen3-1.7B's four fp8 shapes at M = 8 with the phase's time (the evening run gave each
+#      key 17-44 s of search and none beat the default).
+# Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|P|L2|B1|B2|K2|A2
+set -u
+phase=$1
+source "$(dirname "$0")/phase-lib.sh"
+phase_begin
+case $phase in
+T) e2e e2e-8b-fp8-tp2 qwen3-8b fp8_dynamic 1 --tensor-parallel-size 2 --concurrency 1,8 --plugins off,on ;;
+P)
+    run prof-off 200 python3 ci/gpu/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
+    run prof-on 200 python3 ci/gpu/profile_e2e.py run --plugin on --layers 8 --out "$O/on"
+    python3 ci/gpu/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    cat "$O/off-vs-on.txt"
+    ;;
+L2) e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 2 --concurrency 1,8,32 --plugins off,on --timeout 260 ;;
+B1) VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit e2e e2e-8b-block-off qwen3-8b block_fp8 1 \
+        --concurrency 1,2,4,8,16,32 --repeats 7 --plugins off --timeout 520 ;;
+B2) VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit e2e e2e-8b-block-on qwen3-8b block_fp8 1 \
+        --concurrency 1,2,4,8,16,32 --repeats 7 --plugins on --timeout 520 ;;
+K2)
+    kb kernels-8b qwen3-8b fp8_dynamic,w8a8_int8,block_fp8
+    kb kernels-1.7b qwen3-1.7b fp8_dynamic,w8a8_int8
+    ;;
+A2) run autotune-1.7b python3 -m hltools autotune --model qwen3-1.7b --formats fp8_dynamic --num-tokens 8 \
+        --effort quick --budget-minutes $((($(left) - 120) / 60)) --seed 0 --output "$O/configs"
+    tail -30 "$O/autotune-1.7b.log"
+    ;;
+*) echo "unknown phase $phase" >&2; exit 2 ;;
+esac
+phase_end
