@@ -6,6 +6,10 @@
 #      Block_FP8 24.7 -> 59.1 ms at 1 on 2026-12-01 evening)? Torch-profiler traces of one 1024-token
 #      prefill and a few decode steps of 8-layer Qwen3-8B FP8 engines, off and on (GEMMs only), and
 #      the side-by-side kernel table (ci/gpu/profile_e2e.py).
+#   PB the same question for Block_FP8, where the gap is largest: 8-layer engines with
+#      `--quant block-fp8`, one 128-token prompt per prefill window (TTFT +34 ms at concurrency 1 at
+#      full depth), VLLM_DEEP_GEMM_WARMUP=skip with one DeepGEMM JIT cache for both (the profiled
+#      windows come after unprofiled warm-up calls, so JIT is not in them).
 #   L2 issue 6: Qwen3-1.7B FP8_Dynamic at full depth, 2 rounds (the 2026-12-01 afternoon run had vLLM
 #      1.3-1.5x slower than the midday one: host noise).
 #   B1, B2  issue 6: Qwen3-8B Block_FP8 at full depth at all six concurrencies, vLLM (B1) then the
@@ -20,7 +24,7 @@
 #      quick` of Qwen3-1.7B's four fp8 shapes at M = 8 with the phase's time (the evening run gave each
 #      key 17-44 s of search and none beat the default).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|P|L2|B1|B2|K2|A2
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|P|PB|L2|B1|B2|K2|A2
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -30,6 +34,15 @@ T) e2e e2e-8b-fp8-tp2 qwen3-8b fp8_dynamic 1 --tensor-parallel-size 2 --concurre
 P)
     run prof-off 200 python3 ci/gpu/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
     run prof-on 200 python3 ci/gpu/profile_e2e.py run --plugin on --layers 8 --out "$O/on"
+    python3 ci/gpu/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    cat "$O/off-vs-on.txt"
+    ;;
+PB)
+    export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
+    for s in off on; do
+        run prof-block-$s 240 python3 ci/gpu/profile_e2e.py run --plugin $s --quant block-fp8 --layers 8 \
+            --prefill-prompts 1 --out "$O/$s"
+    done
     python3 ci/gpu/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
     cat "$O/off-vs-on.txt"
     ;;
