@@ -1,8 +1,10 @@
 """The plugin against the real vLLM 0.26 package, imported on the CPU."""
 
 import importlib.metadata
+import logging
 import os
 
+import pytest
 import torch
 
 
@@ -167,3 +169,51 @@ def test_default_kernel_cache_respects_the_users_choice(tmp_path):
     assert default_kernel_cache(compile_cache_on) == os.path.join(
         os.path.expanduser("~/vc"), "hlcore_kernels"
     )
+
+
+@pytest.mark.parametrize(
+    "env,named",
+    [
+        ({"HL_MAX_HELION_SIZE": "abc"}, "HL_MAX_HELION_SIZE"),
+        ({"HL_UNTUNED_SHAPES": "fastest"}, "HL_UNTUNED_SHAPES"),
+        ({"HL_AUX_KERNELS": "rmsnorm"}, "HL_AUX_KERNELS"),
+        ({"HL_HELION_EAGER": "2"}, "HL_HELION_EAGER"),
+        ({"HL_LINEAR_BACKEND": "1"}, "HL_LINEAR_BACKEND"),
+        ({"HL_LINEAR_BACKEND": "", "HL_MAX_HELION_SIZE": "-1"}, "HL_MAX_HELION_SIZE"),
+    ],
+)
+def test_a_bad_setting_leaves_vllm_alone_with_one_warning(hl_env, caplog, env, named):
+    # vLLM loads general plugins in every process: a ValueError there stopped the server, even with
+    # the backend off (fresh-user check, 2026-12-01)
+    from vllm import envs
+    from vllm.model_executor.kernels import linear as vllm_linear
+    from vllm.platforms import PlatformEnum
+
+    from hlvllm.compile_cache import COMPILE_FACTOR
+    from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
+    from hlvllm.plugin import register
+    from hlvllm.settings import get_settings
+
+    for name, value in env.items():
+        hl_env.setenv(name, value)
+    get_settings.cache_clear()
+    with pytest.raises(ValueError, match=named):
+        get_settings()
+    table = vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA]
+    table[:] = [k for k in table if k is not HelionFP8ScaledMMLinearKernel]
+    before = list(table)
+    with caplog.at_level(logging.WARNING, logger="vllm.hlvllm"):
+        register()
+    assert vllm_linear._POSSIBLE_FP8_KERNELS[PlatformEnum.CUDA] == before
+    assert COMPILE_FACTOR not in envs.environment_variables  # the compile-cache key is plain vLLM's
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and named in warnings[0] and "vLLM's kernels run" in warnings[0]
+
+
+@pytest.mark.parametrize("value", ["", "vllm", "0", "off", " OFF "])
+def test_backend_off_values_are_quiet(hl_env, value):
+    from hlvllm.settings import get_settings
+
+    hl_env.setenv("HL_LINEAR_BACKEND", value)
+    get_settings.cache_clear()
+    assert not get_settings().enabled

@@ -50,15 +50,23 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from hlvllm.settings import get_settings
-
-    settings = get_settings()
     from hlvllm.aux_ops import register_aux_ops
     from hlvllm.compile_cache import register_compile_factor
     from hlvllm.ops import register_ops
+    from hlvllm.settings import get_settings
 
     register_ops()
     register_aux_ops()
+    try:
+        settings = get_settings()
+    except ValueError as exc:  # a bad HL_* value must not stop the server: vLLM's kernels run
+        register_compile_factor(False)
+        logger.warning(
+            "hlvllm: %s. The Helion backend stays off and vLLM's kernels run; fix or unset the "
+            "variable (docs/configuration.md)",
+            exc,
+        )
+        return
     register_compile_factor(settings.enabled)
     if not settings.enabled:
         logger.debug("hlvllm: off (set HL_LINEAR_BACKEND=helion to enable)")
