@@ -362,7 +362,7 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
     cells = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
     assert float(cells["speedup_fused"]) == 1.6 and float(cells["speedup_gemm"]) == 1.4
     assert float(cells["speedup_aux"]) == 1.1
-    assert csv[0].split(",")[-12:] == [
+    assert csv[0].split(",")[-14:] == [
         *(
             f"{k}_{name}"
             for name in ("aux", "fused")
@@ -370,6 +370,8 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
         ),
         "spread_pct_off",
         "spread_pct_on",
+        "ttft_spread_pct_off",
+        "ttft_spread_pct_on",
     ]
 
     table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm", "aux", "fused"))), "t")
@@ -425,6 +427,8 @@ def test_merge_e2e_joins_runs_of_separate_commands(tmp_path):
     assert merged["summary"]["rows"] == e2e.summarize(whole["runs"])["rows"]
     assert merged["summary"]["rows"][1]["tokens_per_s_on"] == whole["summary"]["rows"][1]["tokens_per_s_on"]
     assert merged["metadata"]["plugins"] == ["off", "on"]
+    assert merged["metadata"]["command"] != whole["metadata"]["command"]  # the merge's, not the first part's
+    assert [m["command"] for m in merged["metadata"]["merged_from"]] == [whole["metadata"]["command"]] * 2
     assert "| 8 | 2184 | 3277 | 1.500 |" in (out / "e2e-qwen3-1.7b-fp8_dynamic.md").read_text()
     again = runner.invoke(app, ["bench", "merge-e2e", str(parts[0]), str(parts[0]), "--output", str(out)])
     assert again.exit_code == 2 and "the same (plugin, round)" in _flat(again.output)

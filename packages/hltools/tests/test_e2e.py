@@ -352,6 +352,30 @@ def test_measure_throughput_with_a_fake_engine():
         e2e.measure_throughput(lambda p, n: 1, lambda c: [None] * c, e2e.E2EOptions(concurrency=(2,)))
 
 
+def test_a_stalled_one_token_generate_gives_no_tpot():
+    # H200, 2026-12-01 evening: one-token generates stalled for seconds (DeepGEMM JIT) while the
+    # full ones did not; TPOT (full - one) was printed as 0.00 ms
+    t = [0.0]
+    stalls = iter([0.0, 10.0, 12.0])  # the repeats' one-token calls (the warm-up has none)
+
+    def generate(prompts, max_tokens):
+        t[0] += 0.05 + 0.01 * (max_tokens - 1) + (next(stalls) if max_tokens == 1 else 0.0)
+        return len(prompts) * max_tokens
+
+    out = e2e.measure_throughput(
+        generate,
+        lambda c: [None] * c,
+        e2e.E2EOptions(concurrency=(1,), output_len=11, repeats=3),
+        clock=lambda: t[0],
+    )
+    assert out["1"]["tpot_ms"] is None and out["1"]["ttft_ms"] == pytest.approx(10_050.0)
+    assert out["1"]["tokens_per_s"] == pytest.approx(11 / 0.15)
+    row = e2e.summarize([{"plugin": "off", "round": 0, "startup_s": 1.0, "throughput": out}])["rows"][0]
+    assert row["tpot_ms_off"] is None and row["ttft_spread_pct_off"] == pytest.approx(
+        100 * (12.05 / 0.05 - 1)
+    )
+
+
 def _run(plugin, rnd, tps, startup, greedy=((1, 2), (3, 4))):
     return {
         "plugin": plugin,
@@ -533,7 +557,7 @@ def test_summary_fields_add_gemm_aux_fused_in_order():
         "tokens_per_s_gemm", "speedup_gemm", "tpot_ms_gemm", "tpot_speedup_gemm", "ttft_ms_gemm",
         "tokens_per_s_aux", "speedup_aux", "tpot_ms_aux", "tpot_speedup_aux", "ttft_ms_aux",
         "tokens_per_s_fused", "speedup_fused", "tpot_ms_fused", "tpot_speedup_fused", "ttft_ms_fused",
-        "spread_pct_off", "spread_pct_on",
+        "spread_pct_off", "spread_pct_on", "ttft_spread_pct_off", "ttft_spread_pct_on",
     )  # fmt: skip
 
 
@@ -964,3 +988,14 @@ def test_repeat_spread_flags_noisy_rows():
     assert "**Noisy (> 10 %): vLLM at concurrency 1: a speedup there is noise**" in md
     quiet = e2e.summary_markdown({}, e2e.summarize(runs[1:2]))
     assert "Noisy" not in quiet and e2e._spread_pct([0.3]) is None
+    # the one-token generates (TTFT) get their own spread; a stall there is called out
+    runs[0]["throughput"]["8"]["samples_one_s"] = [0.04, 10.4, 0.05]
+    runs[0]["throughput"]["1"]["samples_one_s"] = [0.02, 0.03]
+    s = e2e.summarize(runs)
+    r1, r8 = s["rows"]
+    assert r8["ttft_spread_pct_off"] == pytest.approx(100 * (10.4 / 0.04 - 1))
+    assert r1["ttft_spread_pct_off"] == pytest.approx(50.0) and r8["spread_pct_off"] == pytest.approx(1.0)
+    md = e2e.summary_markdown({}, s)
+    assert "Of the one-token generates (TTFT): vLLM 50 / 25900. A TTFT spread over 200 % is a stall" in md
+    runs[0]["throughput"]["8"]["samples_one_s"] = [0.04, 0.05]
+    assert "is a stall" not in e2e.summary_markdown({}, e2e.summarize(runs))

@@ -666,6 +666,7 @@ def merge_e2e(
         {"file": str(p), "command": m.get("command"), "commit": m.get("commit")}
         for p, m in zip(files, metas, strict=True)
     ]
+    meta["command"] = _command()  # this merge; each part's own command is in merged_from
     tp = meta.get("tensor_parallel_size") or 1
     stem = f"e2e-{meta.get('model')}-{meta.get('format')}" + (f"-tp{tp}" if tp > 1 else "")
     output.mkdir(parents=True, exist_ok=True)

@@ -449,6 +449,9 @@ def helion_ranks(run: Mapping[str, Any]) -> dict[str, Any] | None:
 
 #: Above this spread of a setting's timed repeats (slowest / fastest - 1, %), a row's ratio is noise.
 NOISY_SPREAD_PCT = 10.0
+#: Above this spread of the one-token generates (TTFT), a repeat stalled (a 20-40 ms TTFT varies by
+#: tens of % on a busy host; a JIT compile in a repeat makes it seconds).
+STALL_SPREAD_PCT = 200.0
 
 
 def _spread_pct(samples: Sequence[float]) -> float | None:
@@ -460,7 +463,9 @@ def _spread_pct(samples: Sequence[float]) -> float | None:
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregate worker results: per concurrency, each plugin setting's tokens/s, TPOT and TTFT
     (median over rounds; ``None`` for a setting without runs), the spread of its timed repeats over
-    all rounds (``spread_pct_<setting>``: slowest / fastest - 1, in %) and the ratios to ``off`` (``speedup``,
+    all rounds (``spread_pct_<setting>``: slowest / fastest - 1 of the full-length generates, in %;
+    ``ttft_spread_pct_<setting>``: the same of the one-token generates that give TTFT, where a stall
+    shows first, e.g. a JIT compile) and the ratios to ``off`` (``speedup``,
     ``tpot_speedup``: ``on``; ``speedup_<name>``, ``tpot_speedup_<name>``: each extra setting,
     ``gemm``, ``aux``, ``fused``); start-up times (cold = round 0, warm = median of later rounds) and their
     deltas to ``off`` (``delta_*``: ``on``; ``delta_<name>_*``, with that setting's runs only); greedy
@@ -484,6 +489,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             row[f"tpot_ms_{p}"] = _median([t["tpot_ms"] for t in pts])
             row[f"ttft_ms_{p}"] = _median([t["ttft_ms"] for t in pts])
             row[f"spread_pct_{p}"] = _spread_pct([x for t in pts for x in t.get("samples_full_s") or ()])
+            row[f"ttft_spread_pct_{p}"] = _spread_pct([x for t in pts for x in t.get("samples_one_s") or ()])
         off, loff = row["tokens_per_s_off"], row["tpot_ms_off"]
         for p, suffix in (("on", ""), *((x.name, x.suffix) for x in EXTRA_SETTINGS.values())):
             tps, lat = row[f"tokens_per_s_{p}"], row[f"tpot_ms_{p}"]
@@ -579,6 +585,8 @@ SUMMARY_FIELDS = (
     ),
     "spread_pct_off",
     "spread_pct_on",
+    "ttft_spread_pct_off",
+    "ttft_spread_pct_on",
 )
 
 
@@ -667,6 +675,30 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
             line += (
                 f" **Noisy (> {NOISY_SPREAD_PCT:.0f} %): {'; '.join(noisy)}: a speedup there is noise** "
                 "(vLLM's spread counts for every speedup of its row)."
+            )
+        ttft = [
+            (p, label)
+            for p, label in settings
+            if any(r.get(f"ttft_spread_pct_{p}") is not None for r in summary["rows"])
+        ]
+        if ttft:
+            line += (
+                " Of the one-token generates (TTFT): "
+                + "; ".join(
+                    f"{label} " + " / ".join(f(r.get(f"ttft_spread_pct_{p}"), ".0f") for r in summary["rows"])
+                    for p, label in ttft
+                )
+                + (
+                    f". A TTFT spread over {STALL_SPREAD_PCT:.0f} % is a stall (e.g. a JIT compile in a repeat): "
+                    "that TTFT and the TPOT derived from it are not a result"
+                    if any(
+                        (r.get(f"ttft_spread_pct_{p}") or 0) > STALL_SPREAD_PCT
+                        for r in summary["rows"]
+                        for p, _ in ttft
+                    )
+                    else ""
+                )
+                + "."
             )
         lines += ["", line]
     s = summary["startup"]
@@ -953,7 +985,8 @@ def measure_throughput(
             progress(f"concurrency {c}: {options.repeats} repeats, median {t_full:.3f} s per generate")
         out[str(c)] = {
             "tokens_per_s": c * options.output_len / t_full,
-            "tpot_ms": 1e3 * max(t_full - t_one, 0.0) / (options.output_len - 1),
+            # None: the one-token generates took longer than the full ones (a stall), no TPOT
+            "tpot_ms": 1e3 * (t_full - t_one) / (options.output_len - 1) if t_full > t_one else None,
             "ttft_ms": 1e3 * t_one,
             "samples_full_s": full,
             "samples_one_s": one,
