@@ -1,5 +1,6 @@
 """The shipped ``configs/scaled_mm/nvidia_h200.json`` (``hltools configs from-bench`` on the
-2026-11-30 evening H200 benchmark, then ``--only-new`` keys from the night one): valid configs, H200 /
+2026-11-30 evening H200 benchmark, then ``--only-new`` keys from the night one and from the
+2026-12-01 evening one): valid configs, H200 /
 helion 1.5.0 metadata, and a fallback mark on exactly the benchmarked keys where Helion's median was
 above vLLM's default kernel's, which dispatch then routes to vLLM's kernel (issue 4)."""
 
@@ -23,6 +24,8 @@ BENCH = [
      BENCH_DIR / "2026-11-30-evening" / "kernels-block" / "kernels.json"],
     [BENCH_DIR / "2026-11-30-night" / "kernels-tp2" / "kernels.json.gz",
      BENCH_DIR / "2026-11-30-night" / "kernels-more" / "kernels.json.gz"],
+    [BENCH_DIR / "2026-12-01-evening" / "kernels-32b" / "kernels.json.gz",
+     BENCH_DIR / "2026-12-01-evening" / "kernels-block" / "kernels.json.gz"],
 ]  # fmt: skip
 
 
@@ -76,8 +79,9 @@ def test_every_config_is_valid(shipped):
 
 def test_fallback_marks_match_the_benchmark(shipped):
     bench = _bench_keys()
-    # evening: 2 models x 4 layers x 7 M x 3 formats; night: 203 new (format, N, K, M) keys
-    assert len(bench) == 168 + 203
+    # evening: 2 models x 4 layers x 7 M x 3 formats; night: 203 new (format, N, K, M) keys;
+    # 2026-12-01 evening: 154 new (Qwen3-32B in 3 formats, block_fp8 of 4B / 14B / Llama-3.1-8B)
+    assert len(bench) == 168 + 203 + 154
     got = {
         (e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e.fallback for e in shipped.entries.values()
     }
