@@ -104,6 +104,9 @@ def test_no_gpu_or_no_file_gives_the_heuristic(config_dir, caplog):
     ):
         assert pick.source == "heuristic" and pick.path is None
         assert pick.config == default_scaled_mm_config(8, 6144, 4096)
+    # which GPU the pick was for (None: no GPU): hlvllm runs vLLM's kernel on a GPU without a tuned entry
+    assert pick_scaled_mm_config("fp8_dynamic", 8, 6144, 4096, device="cpu").gpu is None
+    assert pick_scaled_mm_config("fp8_dynamic", 8, 6144, 4096, gpu="NVIDIA B200").gpu == "nvidia_b200"
     with caplog.at_level(logging.WARNING):
         smc.clear_scaled_mm_config_cache()
         caplog.clear()
@@ -111,6 +114,12 @@ def test_no_gpu_or_no_file_gives_the_heuristic(config_dir, caplog):
             pick_scaled_mm_config("fp8_dynamic", m, 6144, 4096, gpu="NVIDIA B200")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "hltools autotune" in warnings[0] and "nvidia_b200" in warnings[0]
+
+
+def test_file_without_the_format_gives_the_heuristic_and_names_the_file(config_dir):
+    _write(config_dir, [ConfigEntry(cs.scaled_mm_key("w8a8_int8", 6144, 4096, 8), _cfg(1))])
+    pick = pick_scaled_mm_config("fp8_dynamic", 8, 6144, 4096, gpu="NVIDIA H200")
+    assert (pick.source, pick.gpu) == ("heuristic", "nvidia_h200") and pick.path.endswith("nvidia_h200.json")
 
 
 def test_family_file_serves_a_variant(config_dir):

@@ -295,12 +295,12 @@ REJECTED_FILES = {  # file content -> what the one warning says
 
 
 @pytest.mark.parametrize("case", list(REJECTED_FILES))
-def test_rejected_config_file_warns_once_and_the_heuristic_runs(op, tmp_path, caplog, case):
+def test_rejected_config_file_warns_once_and_vllms_kernel_runs(op, tmp_path, caplog, case):
     """A corrupt or foreign ``scaled_mm/nvidia_h200.json``: one warning naming the file and the
-    reason for the whole process (not per shape or call); Helion runs with the heuristic config."""
+    reason for the whole process (not per shape or call); treated as no file: vLLM's kernel runs."""
     from hlcore.scaled_mm_config import pick_scaled_mm_config
 
-    fn, dispatch, _ = op
+    fn, dispatch, calls = op
     content, reason = REJECTED_FILES[case]
     path = tmp_path / "scaled_mm" / "nvidia_h200.json"
     path.parent.mkdir()
@@ -311,7 +311,8 @@ def test_rejected_config_file_warns_once_and_the_heuristic_runs(op, tmp_path, ca
     warnings = _hl_warnings(caplog)
     assert len(warnings) == 1, warnings
     assert "ignoring tuned-config file" in warnings[0] and str(path) in warnings[0] and reason in warnings[0]
-    assert {m for (p, m, _, _) in dispatch.DISPATCH_COUNTS if p == "helion"} == {1, 2, 3}
+    assert "hlvllm runs vLLM's kernel" in warnings[0]
+    assert not any(p == "helion" for (p, _, _, _) in dispatch.DISPATCH_COUNTS) and calls == [1, 1, 2, 3]
 
 
 def test_file_without_metadata_is_used_silently(op, tmp_path, caplog):
@@ -387,18 +388,27 @@ def test_hl_untuned_shapes_rejects_an_unknown_value(hl_env):
 
     hl_env.setenv("HL_UNTUNED_SHAPES", "fastest")
     get_settings.cache_clear()
-    with pytest.raises(ValueError, match="HL_UNTUNED_SHAPES must be one of nearest, vllm; got 'fastest'"):
+    with pytest.raises(
+        ValueError, match="HL_UNTUNED_SHAPES must be one of nearest, vllm, heuristic; got 'fastest'"
+    ):
         get_settings()
 
 
+@pytest.mark.parametrize("mode", ["nearest", "heuristic"])
 @pytest.mark.parametrize("gpu", ["nvidia_h100", None])
-def test_gpu_without_a_config_file_warns_once_with_the_tuning_command(op, hl_env, tmp_path, caplog, gpu):
+def test_gpu_without_a_config_file_warns_once_with_the_tuning_command(
+    op, hl_env, tmp_path, caplog, gpu, mode
+):
     """An SM90 GPU with no tuned file (here an H100; or ``HL_CONFIG_DIR`` naming a directory that
-    does not exist): one warning naming the files looked for, ``hltools autotune`` and ``HL_CONFIG_DIR``;
-    Helion runs with the heuristic config (not vLLM's kernel: it is still a supported SM90 GPU)."""
+    does not exist): one warning naming the files looked for, ``hltools autotune`` and
+    ``HL_CONFIG_DIR``; vLLM's kernel runs (never an unmeasured config: issue 7), results checked; with
+    ``HL_UNTUNED_SHAPES=heuristic`` Helion runs its heuristic default config instead."""
     from hlcore import scaled_mm_config as smc
+    from hlvllm.settings import get_settings
 
-    fn, dispatch, _ = op
+    fn, dispatch, calls = op
+    hl_env.setenv("HL_UNTUNED_SHAPES", mode)
+    get_settings.cache_clear()
     if gpu is None:  # a typo'd HL_CONFIG_DIR
         gpu = "nvidia_h200"
         hl_env.setenv("HL_CONFIG_DIR", str(tmp_path / "no_such_dir"))
@@ -407,9 +417,33 @@ def test_gpu_without_a_config_file_warns_once_with_the_tuning_command(op, hl_env
         _run(fn)
     warnings = _hl_warnings(caplog)
     assert len(warnings) == 1, warnings
-    for text in (f"no tuned scaled_mm configs for GPU {gpu}", "hltools autotune", "HL_CONFIG_DIR"):
+    for text in (
+        f"no tuned scaled_mm configs for GPU {gpu}",
+        "hltools autotune",
+        "HL_CONFIG_DIR",
+        "vLLM's kernel",
+    ):
         assert text in warnings[0], (text, warnings[0])
-    assert {m for (p, m, _, _) in dispatch.DISPATCH_COUNTS if p == "helion"} == {1, 2, 3}
+    helion = {m for (p, m, _, _) in dispatch.DISPATCH_COUNTS if p == "helion"}
+    if mode == "heuristic":
+        assert helion == {1, 2, 3}
+    else:
+        assert helion == set() and calls == [1, 1, 2, 3]
+
+
+def test_file_without_entries_of_a_format_runs_vllms_kernel_with_one_warning(op, tmp_path, caplog):
+    """This GPU's file has keys of another format only: the format's shapes run vLLM's kernel, one
+    warning naming the shape, the file and the tuning command."""
+    fn, dispatch, calls = op
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps([_meta(), _entry(fmt="w8a8_int8")]))
+    with caplog.at_level(logging.WARNING):
+        _run(fn)
+    (warning,) = _hl_warnings(caplog)
+    assert f"fp8_dynamic M=1 N={N} K={K} has no tuned key in {path}" in warning
+    assert "vLLM's kernel runs for it (no tuned entry of this format)" in warning
+    assert not any(p == "helion" for (p, _, _, _) in dispatch.DISPATCH_COUNTS) and calls == [1, 1, 2, 3]
 
 
 @pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8"])

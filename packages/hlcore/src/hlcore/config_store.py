@@ -288,7 +288,8 @@ def metadata_mismatch(metadata: Mapping[str, Any], gpu: str | None, helion_versi
 
 
 _FIX = (
-    "; the heuristic configs run instead (regenerate the file with `hltools configs from-bench` or "
+    "; treated as no file: hlvllm runs vLLM's kernel, hlcore.scaled_mm the heuristic configs (regenerate "
+    "the file with `hltools configs from-bench` or "
     "`hltools autotune`, or set HL_CONFIG_DIR to a directory of good files)"
 )
 

@@ -117,13 +117,16 @@ class ScaledMMConfigPick:
     M), ``"nearest"`` (the nearest tuned K, then N), ``"default"`` (the file's ``"key": {}``
     entry) or ``"heuristic"`` (:func:`default_scaled_mm_config`: no GPU, no file, nothing usable).
     ``fallback``: the chosen entry is marked as slower than vLLM's kernel (dispatch should use
-    vLLM's kernel for this shape). ``key``: the chosen entry's key, ``path``: its file."""
+    vLLM's kernel for this shape). ``key``: the chosen entry's key, ``path``: its file (for a
+    ``"heuristic"`` pick: the GPU's file that had no usable entry, None when it has no file).
+    ``gpu``: the canonical GPU name the pick was made for (None: no GPU, e.g. the CPU interpreters)."""
 
     config_json: str
     source: str
     key: tuple[tuple[str, int | str], ...] | None = None
     fallback: bool = False
     path: str | None = None
+    gpu: str | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -169,8 +172,9 @@ def _scaled_mm_configs(gpu: str, root: str) -> ConfigFile | None:
         files = [config_file_path(SCALED_MM_KERNEL, g, root) for g in gpu_name_candidates(gpu)]
         if not any(f.exists() for f in files):
             logger.warning(
-                "hl: no tuned scaled_mm configs for GPU %s (looked for %s): using the heuristic default "
-                "config, which is slower; tune them with `%s` (HL_CONFIG_DIR=<its --output>)",
+                "hl: no tuned scaled_mm configs for GPU %s (looked for %s): hlvllm runs vLLM's kernel for "
+                "every GEMM shape (HL_UNTUNED_SHAPES=heuristic: Helion's untuned default config), "
+                "hlcore.scaled_mm the heuristic default config; tune them with `%s` (HL_CONFIG_DIR=<its --output>)",
                 gpu,
                 ", ".join(str(f) for f in files),
                 TUNE_COMMAND,
@@ -199,9 +203,11 @@ def _pick(fmt: str, m: int, n: int, k: int, gpu: str | None, root: str) -> Scale
             entry, source = cf.default, "default"
         if entry is not None:
             config_json = json.dumps(entry.config, sort_keys=True)
-            return ScaledMMConfigPick(config_json, source, entry.id, entry.fallback, str(cf.path))
+            return ScaledMMConfigPick(config_json, source, entry.id, entry.fallback, str(cf.path), gpu)
     config_json = json.dumps(default_scaled_mm_config(m, n, k), sort_keys=True)
-    return ScaledMMConfigPick(config_json, "heuristic")
+    return ScaledMMConfigPick(
+        config_json, "heuristic", path=str(cf.path) if cf is not None else None, gpu=gpu
+    )
 
 
 def pick_scaled_mm_config(

@@ -62,11 +62,14 @@ def _capturing() -> bool:
 def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
     """Whether this key must use vLLM's kernel by the config file: the picked entry is marked as
     slower than vLLM's kernel (``"fallback": true``), or the shape has no tuned key of its own
-    (nearest key, the file's default entry or the heuristic) and ``HL_UNTUNED_SHAPES=vllm``.
+    (nearest key, the file's default entry or the heuristic) and ``HL_UNTUNED_SHAPES=vllm``, or this
+    GPU has no tuned entry of the format at all (no file: hlcore's one warning per GPU names the
+    tuning command) and ``HL_UNTUNED_SHAPES`` is not ``heuristic``: never an unmeasured config.
 
     A shape without a tuned key under the default ``HL_UNTUNED_SHAPES=nearest`` runs Helion with the
-    picked config and logs one warning per format and process naming the tuning command (later
-    untuned shapes of that format: INFO). Scaled-GEMM formats only; memoised per key (:func:`reset`
+    nearest tuned key's config and logs one warning per format and process naming the tuning command
+    (later untuned shapes of that format: INFO). Without a GPU (the CPU interpreters) the heuristic
+    config runs. Scaled-GEMM formats only; memoised per key (:func:`reset`
     forgets); a picker error counts as "no" (the Helion call itself then fails over with its own
     warning)."""
     if fmt not in ("fp8_dynamic", "w8a8_int8", "block_fp8"):
@@ -81,7 +84,11 @@ def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
     except Exception:  # noqa: BLE001
         return False
     untuned = pick.source not in ("exact", "same_shape")
-    to_vllm = untuned and get_settings().untuned_shapes == "vllm"
+    mode = get_settings().untuned_shapes
+    # a GPU without a tuned entry at all (no file, or none of this format): vLLM's kernel, never an
+    # unmeasured Helion config, unless HL_UNTUNED_SHAPES=heuristic
+    no_tuned = pick.source == "heuristic" and pick.gpu is not None
+    to_vllm = untuned and (mode == "vllm" or (no_tuned and mode != "heuristic"))
     _fallback_marks[key] = pick.fallback or to_vllm
     if pick.fallback:
         logger.info(
@@ -93,8 +100,8 @@ def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
             dict(pick.key or ()),
             pick.path,
         )
-    elif untuned and (to_vllm or pick.source != "heuristic"):  # no file at all: hlcore warned already
-        _log_untuned(fmt, m, n, k, pick, to_vllm)
+    elif untuned and (to_vllm or pick.source != "heuristic") and not (no_tuned and pick.path is None):
+        _log_untuned(fmt, m, n, k, pick, to_vllm)  # (a GPU without a file: hlcore warned, once per GPU)
     return _fallback_marks[key]
 
 
@@ -107,7 +114,12 @@ def _log_untuned(fmt: str, m: int, n: int, k: int, pick, to_vllm: bool) -> None:
     level = logging.INFO if fmt in _untuned_warned else logging.WARNING
     _untuned_warned.add(fmt)
     if to_vllm:
-        what = "vLLM's kernel runs for it (HL_UNTUNED_SHAPES=vllm)"
+        why = (
+            "HL_UNTUNED_SHAPES=vllm"
+            if get_settings().untuned_shapes == "vllm"
+            else "no tuned entry of this format"
+        )
+        what = f"vLLM's kernel runs for it ({why})"
     else:
         used = (
             f"the {pick.source} tuned key {dict(pick.key or ())}" if pick.key else f"the {pick.source} config"

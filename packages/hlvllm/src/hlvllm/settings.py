@@ -10,7 +10,7 @@
 | ``HL_DETERMINISTIC`` | ``0`` | ``1``: Helion GEMMs run with ``split_k = 1`` (no atomics): bitwise repeatable results |
 | ``HL_AUX_FUSION`` | ``0`` | ``1``: a graph pass fuses each aux norm / silu_and_mul with the per-token fp8 quant after it (one launch) |
 | ``HL_KERNEL_CACHE_DIR`` | ``<VLLM_CACHE_ROOT>/hlcore_kernels`` | hlcore's cache of Helion's generated code across restarts; set by ``hlvllm.plugin.register`` when unset; empty: off |
-| ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config (one warning), ``vllm`` runs vLLM's kernel |
+| ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config of this GPU's file (one warning), and vLLM's kernel on a GPU without a file; ``vllm`` runs vLLM's kernel for all of them; ``heuristic`` is ``nearest`` that also runs Helion's untuned default config on a GPU without a file |
 | ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); on the H200 it took 4 of 26 s off an 8-layer engine's capture |
 
 A value a variable does not take makes :func:`get_settings` raise ``ValueError``; the plugin then stays off
@@ -29,8 +29,9 @@ _FALSE = {"0", "false", "no", "off", "none"}
 #: What ``HL_AUX_KERNELS`` may name: vLLM's ``RMSNorm`` (rms_norm + fused_add_rms_norm), ``SiluAndMul``,
 #: ``QuantFP8`` (dynamic per-token and 1x128-group fp8) and the int8 kernel's per-token quantization.
 AUX_KERNEL_NAMES = ("rms_norm", "silu_and_mul", "quant_fp8", "int8_quant")
-#: What ``HL_UNTUNED_SHAPES`` may say: run the nearest tuned config, or vLLM's kernel.
-UNTUNED_MODES = ("nearest", "vllm")
+#: What ``HL_UNTUNED_SHAPES`` may say: run the nearest tuned config (vLLM's kernel on a GPU without
+#: a file), vLLM's kernel, or the nearest tuned config and Helion's heuristic default without a file.
+UNTUNED_MODES = ("nearest", "vllm", "heuristic")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ TOL = tolerance("fp8_dynamic", torch.bfloat16)
 
 @pytest.fixture
 def op(monkeypatch, tmp_path):
-    """The registered op with no config file (``HL_CONFIG_DIR`` empty): every M <= 32 runs Helion
-    with the heuristic config. (The shipped file marks some keys as slower, and those run CUTLASS:
-    that would compare CUTLASS with itself. Marked keys: test_marked_keys_route_to_cutlass.)"""
+    """The registered op with no config file (``HL_CONFIG_DIR`` empty) and
+    ``HL_UNTUNED_SHAPES=heuristic`` (without it a GPU with no file runs CUTLASS): every M <= 32 runs
+    Helion with the heuristic config. (The shipped file marks some keys as slower, and those run
+    CUTLASS: that would compare CUTLASS with itself. Marked keys: test_marked_keys_route_to_cutlass.)"""
     from hlcore.scaled_mm_config import clear_scaled_mm_config_cache
     from hlvllm import dispatch
     from hlvllm.plugin import register
@@ -25,6 +26,7 @@ def op(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
     monkeypatch.setenv("HL_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("HL_UNTUNED_SHAPES", "heuristic")
     clear_scaled_mm_config_cache()
     get_settings.cache_clear()
     dispatch.reset()
