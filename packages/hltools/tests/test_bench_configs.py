@@ -281,6 +281,7 @@ def test_pick_from_config_dir_is_the_picker(tmp_path, picks):
     assert got.source == "heuristic" and "tuned with helion 1.4.0" in why
     got, why = pick_from_config_dir(tmp_path / "none", "NVIDIA H200", "1.5.0", "fp8_dynamic", 1, 6144, 4096)
     assert got.config == default_scaled_mm_config(1, 6144, 4096) and "no " in why
+    assert (got.source, got.gpu, got.path) == ("heuristic", "nvidia_h200", None)  # as the picker says
 
 
 def _label_only_rows():

@@ -121,7 +121,9 @@ def pick_from_config_dir(
     entries with an invalid config dropped, :func:`select_scaled_mm_entry`, else the file's default
     entry, else the heuristic. ``why``: for a heuristic pick, why no file was used (else "")."""
     helion = helion or installed_helion_version()
+    canonical = canonical_gpu_name(gpu)
     passed_over = []
+    file_without_entry = None
     for name in gpu_name_candidates(gpu):
         path = config_file_path(SCALED_MM_KERNEL, name, config_dir)
         try:
@@ -142,12 +144,14 @@ def pick_from_config_dir(
             entry, source = usable[()], "default"
         if entry is not None:
             config_json = json.dumps(entry.config, sort_keys=True)
-            return ScaledMMConfigPick(config_json, source, entry.id, entry.fallback, str(path)), ""
+            return ScaledMMConfigPick(config_json, source, entry.id, entry.fallback, str(path), canonical), ""
         why = f"{path} has no usable {fmt} entry and no default entry"
+        file_without_entry = str(path)
         break  # the picker does not look further than the first usable file
     else:
         why = "; ".join(passed_over)
-    return ScaledMMConfigPick(json.dumps(default_scaled_mm_config(m, n, k), sort_keys=True), HEURISTIC), why
+    config_json = json.dumps(default_scaled_mm_config(m, n, k), sort_keys=True)
+    return ScaledMMConfigPick(config_json, HEURISTIC, path=file_without_entry, gpu=canonical), why
 
 
 def measured_config(r: BenchResult, *, config_dir: Path | None = None) -> tuple[dict[str, Any] | None, str]:
