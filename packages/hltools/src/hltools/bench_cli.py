@@ -577,6 +577,18 @@ def _read_json(path: Path) -> dict:
     return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
 
 
+def _show_e2e(console: Console, directory: Path, stem: str, meta: dict, summary: dict, plots: bool) -> None:
+    """Print a bench e2e summary's table (and Helion line) and write ``<stem>.md`` (and ``.png``)."""
+    from hltools import e2e as e
+
+    console.print(e2e_table(summary, f"{stem}: output tokens/s"))
+    if summary.get("helion_ranks"):
+        console.print(e.helion_line(summary["helion_ranks"]), highlight=False)
+    (directory / f"{stem}.md").write_text(e.summary_markdown(meta, summary))
+    if plots:
+        _plot_e2e(console, summary, directory / f"{stem}.png", meta)
+
+
 @bench_app.command()
 def report(
     directory: Annotated[Path, typer.Argument(help="An output directory of `bench kernels` / `bench e2e`.")],
@@ -614,12 +626,7 @@ def report(
         meta, runs = payload.get("metadata", {}), payload.get("runs", [])
         summary = e.summarize(runs)
         stem = name.removesuffix(".json")  # e2e-qwen3-1.7b-fp8_dynamic: no Path.with_suffix (".7b-...")
-        console.print(e2e_table(summary, f"{stem}: output tokens/s"))
-        if summary.get("helion_ranks"):
-            console.print(e.helion_line(summary["helion_ranks"]), highlight=False)
-        (directory / f"{stem}.md").write_text(e.summary_markdown(meta, summary))
-        if plots:
-            _plot_e2e(console, summary, directory / f"{stem}.png", meta)
+        _show_e2e(console, directory, stem, meta, summary, plots)
     if not found:
         console.print(f"[bold red]no kernels.json or e2e-*.json results in {directory}")
         raise typer.Exit(1)
@@ -671,11 +678,7 @@ def merge_e2e(
     stem = f"e2e-{meta.get('model')}-{meta.get('format')}" + (f"-tp{tp}" if tp > 1 else "")
     output.mkdir(parents=True, exist_ok=True)
     written = e.write_e2e(output, stem, meta, runs)
-    summary = written["summary"]
-    console.print(e2e_table(summary, f"{stem}: output tokens/s"))
-    (output / f"{stem}.md").write_text(e.summary_markdown(meta, summary))
-    if plots:
-        _plot_e2e(console, summary, output / f"{stem}.png", meta)
+    _show_e2e(console, output, stem, meta, written["summary"], plots)
     console.print(f"merged {len(runs)} runs from {len(files)} files into {written['json']}")
 
 

@@ -604,6 +604,18 @@ def write_e2e(
     return {**paths, "summary": summary}
 
 
+def _per_setting(rows, key: str, settings, f) -> str:
+    """``label v1 / v2 / ...; label ...``: each setting's ``<key>_<setting>`` per row, as a whole %."""
+    return "; ".join(
+        f"{label} " + " / ".join(f(r.get(f"{key}_{p}"), ".0f") for r in rows) for p, label in settings
+    )
+
+
+def _rows_over(rows, key: str, limit: float) -> list[int]:
+    """The concurrencies whose ``key`` is above ``limit``."""
+    return [r["concurrency"] for r in rows if (r.get(key) or 0) > limit]
+
+
 def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
     """The e2e summary as markdown (provenance, one row per concurrency, start-up times). With runs
     of an extra setting (:func:`extra_settings`: ``gemm``, ``aux``, ``fused``), columns for it (headed
@@ -650,26 +662,18 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
                 f"{f(r.get('tpot_ms' + n), '.2f')} | {f(r.get('ttft_ms' + n), '.1f')} |"
             )
         lines.append(line)
+    rows = summary["rows"]
     settings = [("off", "vLLM"), ("on", "hlvllm"), *((x.name, x.label) for x in extras)]
     settings = [
-        (p, label)
-        for p, label in settings
-        if any(r.get(f"spread_pct_{p}") is not None for r in summary["rows"])
+        (p, label) for p, label in settings if any(r.get(f"spread_pct_{p}") is not None for r in rows)
     ]
     if settings:
-        per = "; ".join(
-            f"{label} " + " / ".join(f(r.get(f"spread_pct_{p}"), ".0f") for r in summary["rows"])
+        per = _per_setting(rows, "spread_pct", settings, f)
+        noisy = [
+            f"{label} at concurrency {', '.join(map(str, cs))}"
             for p, label in settings
-        )
-        noisy = []
-        for p, label in settings:
-            cs = [
-                r["concurrency"]
-                for r in summary["rows"]
-                if (r.get(f"spread_pct_{p}") or 0) > NOISY_SPREAD_PCT
-            ]
-            if cs:
-                noisy.append(f"{label} at concurrency {', '.join(map(str, cs))}")
+            if (cs := _rows_over(rows, f"spread_pct_{p}", NOISY_SPREAD_PCT))
+        ]
         line = f"Spread of the timed repeats (slowest / fastest - 1, %, per concurrency as above): {per}."
         if noisy:
             line += (
@@ -679,26 +683,18 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
         ttft = [
             (p, label)
             for p, label in settings
-            if any(r.get(f"ttft_spread_pct_{p}") is not None for r in summary["rows"])
+            if any(r.get(f"ttft_spread_pct_{p}") is not None for r in rows)
         ]
         if ttft:
+            stalled = any(_rows_over(rows, f"ttft_spread_pct_{p}", STALL_SPREAD_PCT) for p, _ in ttft)
             line += (
-                " Of the one-token generates (TTFT): "
-                + "; ".join(
-                    f"{label} " + " / ".join(f(r.get(f"ttft_spread_pct_{p}"), ".0f") for r in summary["rows"])
-                    for p, label in ttft
-                )
+                f" Of the one-token generates (TTFT): {_per_setting(rows, 'ttft_spread_pct', ttft, f)}"
                 + (
                     f". A TTFT spread over {STALL_SPREAD_PCT:.0f} % is a stall (e.g. a JIT compile in a repeat): "
-                    "that TTFT and the TPOT derived from it are not a result"
-                    if any(
-                        (r.get(f"ttft_spread_pct_{p}") or 0) > STALL_SPREAD_PCT
-                        for r in summary["rows"]
-                        for p, _ in ttft
-                    )
-                    else ""
+                    "that TTFT and the TPOT derived from it are not a result."
+                    if stalled
+                    else "."
                 )
-                + "."
             )
         lines += ["", line]
     s = summary["startup"]

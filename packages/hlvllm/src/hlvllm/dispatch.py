@@ -101,25 +101,23 @@ def tuned_fallback(fmt: str, m: int, n: int, k: int) -> bool:
             pick.path,
         )
     elif untuned and (to_vllm or pick.source != "heuristic") and not (no_tuned and pick.path is None):
-        _log_untuned(fmt, m, n, k, pick, to_vllm)  # (a GPU without a file: hlcore warned, once per GPU)
+        # (a GPU without a file, no_tuned with no path: hlcore's picker warned already, once per GPU)
+        why = "HL_UNTUNED_SHAPES=vllm" if mode == "vllm" else "no tuned entry of this format"
+        _log_untuned(fmt, m, n, k, pick, why if to_vllm else None)
     return _fallback_marks[key]
 
 
-def _log_untuned(fmt: str, m: int, n: int, k: int, pick, to_vllm: bool) -> None:
+def _log_untuned(fmt: str, m: int, n: int, k: int, pick, why_vllm: str | None) -> None:
     """One warning per format and process for shapes without a tuned key (INFO once per further
-    (N, K) of the format; nothing for more M of a logged (N, K))."""
+    (N, K) of the format; nothing for more M of a logged (N, K)). ``why_vllm``: why vLLM's kernel
+    runs for it, None when Helion runs the picked config."""
     if (fmt, n, k) in _untuned_logged:
         return
     _untuned_logged.add((fmt, n, k))
     level = logging.INFO if fmt in _untuned_warned else logging.WARNING
     _untuned_warned.add(fmt)
-    if to_vllm:
-        why = (
-            "HL_UNTUNED_SHAPES=vllm"
-            if get_settings().untuned_shapes == "vllm"
-            else "no tuned entry of this format"
-        )
-        what = f"vLLM's kernel runs for it ({why})"
+    if why_vllm:
+        what = f"vLLM's kernel runs for it ({why_vllm})"
     else:
         used = (
             f"the {pick.source} tuned key {dict(pick.key or ())}" if pick.key else f"the {pick.source} config"

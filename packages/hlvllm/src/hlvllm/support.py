@@ -82,12 +82,19 @@ def helion_supported(compute_capability: int | None) -> tuple[bool, str | None]:
     return helion_importable()
 
 
+def _graphs_on(cfg) -> bool:
+    """Whether a vLLM ``CompilationConfig`` captures CUDA graphs."""
+    from vllm.config import CUDAGraphMode
+
+    return cfg.cudagraph_mode is not None and cfg.cudagraph_mode != CUDAGraphMode.NONE
+
+
 def cudagraph_capture_limit() -> tuple[int, str | None]:
     """The largest CUDA-graph capture size of the current vLLM config, or 0 and a reason."""
-    from vllm.config import CUDAGraphMode, get_current_vllm_config
+    from vllm.config import get_current_vllm_config
 
     cfg = get_current_vllm_config().compilation_config
-    if cfg.cudagraph_mode is None or cfg.cudagraph_mode == CUDAGraphMode.NONE:
+    if not _graphs_on(cfg):
         return 0, "CUDA graphs are off (enforce_eager or cudagraph_mode=NONE); Helion only pays under graphs"
     size = cfg.max_cudagraph_capture_size or 0
     if size <= 0:
@@ -97,9 +104,7 @@ def cudagraph_capture_limit() -> tuple[int, str | None]:
 
 def capture_sizes_of(cfg) -> list[int]:
     """The CUDA-graph capture sizes of a vLLM ``CompilationConfig`` (empty when CUDA graphs are off)."""
-    from vllm.config import CUDAGraphMode
-
-    if cfg.cudagraph_mode is None or cfg.cudagraph_mode == CUDAGraphMode.NONE:
+    if not _graphs_on(cfg):
         return []
     limit = cfg.max_cudagraph_capture_size or 0
     return [int(s) for s in (cfg.cudagraph_capture_sizes or []) if 0 < int(s) <= limit]
