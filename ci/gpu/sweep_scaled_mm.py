@@ -28,6 +28,8 @@ FORMATS = os.environ.get("SWEEP_FORMATS", "fp8_dynamic").split(",")
 MS = [int(x) for x in os.environ.get("SWEEP_MS", "1,8,32").split(",")]
 JOBS = int(os.environ.get("SWEEP_JOBS", "12"))
 ONLY = os.environ.get("SWEEP_ONLY")  # comma-separated candidate names
+# JSON object {name: config}: more candidates (kept by SWEEP_ONLY only when named there too)
+EXTRA = json.loads(os.environ.get("SWEEP_CONFIGS", "{}"))
 # 1: every timed call (Helion's and vLLM's) first rewrites A with a small copy kernel, as a decode
 # step's quant kernel produces A right before the GEMM: a PDL launch then follows a non-PDL producer
 # instead of the previous GEMM of the graph.
@@ -73,6 +75,7 @@ def candidates(fmt: str) -> dict[str, dict]:
         add(f"s1_n64_k128_sw_{tag}", 16, 64, 128, 1, True, 6, pid=pid)
         add(f"s1_n32_k256_{tag}", 16, 32, 256, 1, False, 4, pid=pid)
         add(f"s4_n64_k128_sw_{tag}", 16, 64, 128, 4, True, 4, pid=pid)
+    c.update(EXTRA)
     if fmt == "block_fp8":  # the inner K tile is the 128 block: block_k is unused, drop duplicates
         seen, out = set(), {}
         for name, cfg in c.items():

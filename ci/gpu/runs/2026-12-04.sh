@@ -5,6 +5,10 @@
 #   G  the GPU tests of hlcore and hlvllm (the 2026-12-01 evening regression run was cut after 19
 #      passed; since then the op fixture sets HL_UNTUNED_SHAPES=heuristic: a GPU without tuned
 #      configs runs vLLM's kernel by default).
+#   F  issue 4: the floor of a decode GEMM on the H200: a kernel that only reads the weight once
+#      (best of 96 tilings) at the 25 benchmarked (N, K), and an empty kernel / the split-K fill per
+#      graph node, timed like the kernel benchmarks (ci/gpu/stream_floor.py).
+#   GV the GPU tests of hlvllm and hltools alone (G ran out of time in hlcore last session).
 #   P  why is the plugin's time to first token longer (FP8_Dynamic +4 / +27 ms at concurrency 1 / 8;
 #      Block_FP8 24.7 -> 59.1 ms at 1 on 2026-12-01 evening)? Torch-profiler traces of one 1024-token
 #      prefill and a few decode steps of 8-layer Qwen3-8B FP8 engines, off and on (GEMMs only), and
@@ -27,7 +31,7 @@
 #      quick` of Qwen3-1.7B's four fp8 shapes at M = 8 with the phase's time (the evening run gave each
 #      key 17-44 s of search and none beat the default).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|G|P|PB|L2|B1|B2|K2|A2
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|F|GV|G|P|PB|L2|B1|B2|K2|A2
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -38,6 +42,15 @@ G)
     HL_TEST_GPU=1 run gpu-tests 540 python3 -m pytest -m gpu -p no:cacheprovider -q -rfE \
         packages/hlcore/tests/gpu packages/hlvllm/tests/gpu
     tail -15 "$O/gpu-tests.log"
+    ;;
+F)
+    OUT=$O FLOOR_BUDGET_S=$(($(left) - 40)) run stream-floor python3 ci/gpu/stream_floor.py
+    tail -32 "$O/stream-floor.log"
+    ;;
+GV)
+    HL_TEST_GPU=1 run gpu-tests-vllm python3 -m pytest -m gpu -p no:cacheprovider -q -rfE \
+        packages/hlvllm/tests/gpu packages/hltools/tests/gpu
+    tail -15 "$O/gpu-tests-vllm.log"
     ;;
 P)
     run prof-off 200 python3 ci/gpu/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
