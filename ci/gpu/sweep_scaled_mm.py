@@ -30,6 +30,8 @@ JOBS = int(os.environ.get("SWEEP_JOBS", "12"))
 ONLY = os.environ.get("SWEEP_ONLY")  # comma-separated candidate names
 # JSON object {name: config}: more candidates (kept by SWEEP_ONLY only when named there too)
 EXTRA = json.loads(os.environ.get("SWEEP_CONFIGS", "{}"))
+# comma-separated variant names of default_variants() without the _m<M> suffix (default: all)
+VARIANTS = os.environ.get("SWEEP_VARIANTS")
 # 1: every timed call (Helion's and vLLM's) first rewrites A with a small copy kernel, as a decode
 # step's quant kernel produces A right before the GEMM: a PDL launch then follows a non-PDL producer
 # instead of the previous GEMM of the graph.
@@ -151,6 +153,8 @@ def default_variants(m: int, n: int, k: int, fmt: str | None = None) -> dict[str
         picked = json.loads(pick_scaled_mm_config(fmt, m, n, k, device="cuda").config_json)
         out[f"picked_m{m}"] = picked
         out[f"picked_pdl_m{m}"] = {**picked, "pdl": True}
+    if VARIANTS:
+        out = {k: v for k, v in out.items() if k.rsplit("_m", 1)[0] in VARIANTS.split(",")}
     return out
 
 

@@ -8,6 +8,9 @@
 #   F  issue 4: the floor of a decode GEMM on the H200: a kernel that only reads the weight once
 #      (best of 96 tilings) at the 25 benchmarked (N, K), and an empty kernel / the split-K fill per
 #      graph node, timed like the kernel benchmarks (ci/gpu/stream_floor.py).
+#   X  issue 4: the atomic split-K's output fill as a kernel that lets the GEMM start at once (PDL,
+#      hlcore.split_k_fill): its GPU tests, then Qwen3-8B's shapes x M 1, 8, 32 x 3 formats, shipped
+#      config with and without pdl, heuristic default with and without, next to vLLM's kernel.
 #   GV the GPU tests of hlvllm and hltools alone (G ran out of time in hlcore last session).
 #   P  why is the plugin's time to first token longer (FP8_Dynamic +4 / +27 ms at concurrency 1 / 8;
 #      Block_FP8 24.7 -> 59.1 ms at 1 on 2026-12-01 evening)? Torch-profiler traces of one 1024-token
@@ -31,7 +34,7 @@
 #      quick` of Qwen3-1.7B's four fp8 shapes at M = 8 with the phase's time (the evening run gave each
 #      key 17-44 s of search and none beat the default).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|F|GV|G|P|PB|L2|B1|B2|K2|A2
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|F|X|GV|G|P|PB|L2|B1|B2|K2|A2
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -46,6 +49,15 @@ G)
 F)
     OUT=$O FLOOR_BUDGET_S=$(($(left) - 40)) run stream-floor python3 ci/gpu/stream_floor.py
     tail -32 "$O/stream-floor.log"
+    ;;
+X)  # the split-K fill as a PDL primary (hlcore.split_k_fill): GPU tests, then shipped configs with and without pdl
+    HL_TEST_GPU=1 run gpu-tests-pdl 150 python3 -m pytest -m gpu -p no:cacheprovider -q -rfE \
+        packages/hlcore/tests/gpu/test_scaled_mm_gpu.py -k pdl packages/hlcore/tests/test_split_k_fill.py
+    tail -5 "$O/gpu-tests-pdl.log"
+    OUT=$O SWEEP_BUDGET_S=$(($(left) - 60)) SWEEP_ONLY=none SWEEP_VARIANTS=default,default_pdl,default_ws,picked,picked_pdl \
+        SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
+        SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 run sweep-pdl python3 ci/gpu/sweep_scaled_mm.py
+    tail -45 "$O/sweep-pdl.log"
     ;;
 GV)
     HL_TEST_GPU=1 run gpu-tests-vllm python3 -m pytest -m gpu -p no:cacheprovider -q -rfE \
