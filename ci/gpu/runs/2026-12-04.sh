@@ -11,6 +11,10 @@
 #   X  issue 4: the atomic split-K's output fill as a kernel that lets the GEMM start at once (PDL,
 #      hlcore.split_k_fill): its GPU tests, then Qwen3-8B's shapes x M 1, 8, 32 x 3 formats, shipped
 #      config with and without pdl, heuristic default with and without, next to vLLM's kernel.
+#      (ran on 4b5b3d0: no gain, reverted; docs/gpu-runs.md)
+#   Y  issue 4: GEMM tilings that mirror the best weight-read kernels of F (16 rows of N per program,
+#      256/512-byte K steps, 8 warps, split-K 2-8) against the shipped config and vLLM's kernel,
+#      Qwen3-8B's shapes x M 1, 8, 32 x 3 formats; then the GPU tests of hltools.
 #   GV the GPU tests of hlvllm and hltools alone (G ran out of time in hlcore last session).
 #   P  why is the plugin's time to first token longer (FP8_Dynamic +4 / +27 ms at concurrency 1 / 8;
 #      Block_FP8 24.7 -> 59.1 ms at 1 on 2026-12-01 evening)? Torch-profiler traces of one 1024-token
@@ -34,7 +38,7 @@
 #      quick` of Qwen3-1.7B's four fp8 shapes at M = 8 with the phase's time (the evening run gave each
 #      key 17-44 s of search and none beat the default).
 # Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|F|X|GV|G|P|PB|L2|B1|B2|K2|A2
+#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|F|X|Y|GV|G|P|PB|L2|B1|B2|K2|A2
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -58,6 +62,15 @@ X)  # the split-K fill as a PDL primary (hlcore.split_k_fill): GPU tests, then s
         SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
         SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 run sweep-pdl python3 ci/gpu/sweep_scaled_mm.py
     tail -45 "$O/sweep-pdl.log"
+    ;;
+Y)
+    OUT=$O SWEEP_BUDGET_S=$(($(left) - 150)) SWEEP_ONLY=r_n16_k256_s2_w8_st3,r_n16_k256_s2_w8_st4,r_n16_k256_s4_w8_st3,r_n16_k256_s4_w8_st4,r_n16_k256_s8_w8_st3,r_n16_k256_s8_w8_st4,r_n16_k512_s2_w8_st3,r_n16_k512_s2_w8_st4,r_n16_k512_s4_w8_st3,r_n16_k512_s4_w8_st4,r_n16_k512_s8_w8_st3,r_n16_k512_s8_w8_st4,r_n16_k512_s4_w4_st3,r_n32_k256_s4_w8_st3 SWEEP_VARIANTS=picked \
+        SWEEP_CONFIGS='{"r_n16_k256_s2_w8_st3":{"block_sizes":[16,16,256],"split_k":2,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k256_s2_w8_st4":{"block_sizes":[16,16,256],"split_k":2,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k256_s4_w8_st3":{"block_sizes":[16,16,256],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k256_s4_w8_st4":{"block_sizes":[16,16,256],"split_k":4,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k256_s8_w8_st3":{"block_sizes":[16,16,256],"split_k":8,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k256_s8_w8_st4":{"block_sizes":[16,16,256],"split_k":8,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s2_w8_st3":{"block_sizes":[16,16,512],"split_k":2,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k512_s2_w8_st4":{"block_sizes":[16,16,512],"split_k":2,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s4_w8_st3":{"block_sizes":[16,16,512],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k512_s4_w8_st4":{"block_sizes":[16,16,512],"split_k":4,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s8_w8_st3":{"block_sizes":[16,16,512],"split_k":8,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k512_s8_w8_st4":{"block_sizes":[16,16,512],"split_k":8,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s4_w4_st3":{"block_sizes":[16,16,512],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":4},"r_n32_k256_s4_w8_st3":{"block_sizes":[16,32,256],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":8}}' \
+        SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
+        SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 run sweep-read-tiles python3 ci/gpu/sweep_scaled_mm.py
+    tail -45 "$O/sweep-read-tiles.log"
+    HL_TEST_GPU=1 run gpu-tests-tools python3 -m pytest -m gpu -p no:cacheprovider -q -rfE packages/hltools/tests/gpu
+    tail -8 "$O/gpu-tests-tools.log"
     ;;
 GV)
     HL_TEST_GPU=1 run gpu-tests-vllm python3 -m pytest -m gpu -p no:cacheprovider -q -rfE \

@@ -71,7 +71,6 @@ import helion.language as hl
 import torch
 from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
-import hlcore.split_k_fill  # noqa: F401  (registers torch.ops.hlcore.split_k_fill)
 from hlcore.aux_configs import config_json
 from hlcore.helion_compat import local_kernel
 
@@ -125,23 +124,16 @@ def _scaled_mm_body(
     num_chunks = helion.cdiv(k, k_chunk)
     if split_k > 1 and not use_workspace:
         # The split-K programs add into `out`; it starts as the bias (or zero).
-        if pdl:  # a fill kernel that lets this (PDL-launched) kernel start at once (hlcore.split_k_fill)
-            torch.ops.hlcore.split_k_fill(out, bias)
-        elif bias is not None:
+        if bias is not None:
             out.copy_(bias.expand(m, n))
         else:
             out.zero_()
     for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
         # pdl: wait for the previous kernel's writes (A, scales, split-K fill), then let the next start
         if pdl and _GDC == 1:
-            if split_k > 1 and not use_workspace:  # the previous kernel is our fill: wait before the atomics
-                hl.inline_triton("tl.extra.cuda.gdc_launch_dependents()", args=[], output_like=None)
-            else:
-                hl.inline_triton(
-                    "tl.extra.cuda.gdc_wait()\ntl.extra.cuda.gdc_launch_dependents()",
-                    args=[],
-                    output_like=None,
-                )
+            hl.inline_triton(
+                "tl.extra.cuda.gdc_wait()\ntl.extra.cuda.gdc_launch_dependents()", args=[], output_like=None
+            )
         if group_k == 0:  # one scale per row of A and per column of B: scale once, at the end
             acc = hl.zeros([tile_m, tile_n], dtype=acc_dtype)
             acc_t = hl.zeros([tile_n, tile_m], dtype=acc_dtype)
@@ -175,8 +167,6 @@ def _scaled_mm_body(
                 res = res + bias[tile_n][None, :].to(torch.float32)
             out[tile_m, tile_n] = res.to(out.dtype)
         elif not use_workspace:
-            if pdl and _GDC == 1:  # the fill kernel's writes are visible after this
-                hl.inline_triton("tl.extra.cuda.gdc_wait()", args=[], output_like=None)
             hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
         else:  # self-cleaning split-K: the last of the split_k programs of this tile writes it
             # relaxed reductions (fire-and-forget), then a CTA barrier so one released ticket orders
