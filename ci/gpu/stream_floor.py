@@ -8,8 +8,9 @@ rotating over weight copies > 4x L2, median of 30 replays):
 * ``read``: a Triton kernel that reads every byte of an [N, K] int8 weight (as int32 words) and
   XOR-folds it into one int32 per program (no MMA, no scales, no A, no output tile), best of a grid of
   tiles / K splits / warps / stages, at every (N, K) of FLOOR_SHAPES (default: the 25 shapes of the
-  committed kernel benchmarks). No GEMM that reads its weight once can be faster, whatever its
-  design, in the same timing setup;
+  committed kernel benchmarks). A GEMM must read its weight too: one that streams it no faster
+  than the best of these kernels cannot be faster in the same timing setup (a better read kernel,
+  e.g. TMA bulk copies, would lower this floor);
 * ``empty``: an empty kernel (1 and 264 programs) and a ``zero_`` of a [32, 4096] bf16 output (the
   split-K fill launch), per graph node: the launch floor of any kernel.
 

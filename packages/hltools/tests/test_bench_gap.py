@@ -225,3 +225,55 @@ def test_cli_on_the_committed_night_tp2_run(tmp_path):
         assert s.helion_big_pct == pytest.approx(big_pct) and s.slower == slower
         assert s.points == 28 and sum(s.counts.values()) == 28
     assert "BW_eff" in out and "fp8_dynamic" in out and "block_fp8" in out
+
+
+def _floor_file(path: Path, floor: dict) -> Path:
+    read = [{"n": n, "k": k, "best_us": t, "best_cfg": "16x256x4x8x3"} for (n, k), t in floor.items()]
+    path.write_text(json.dumps({"gpu": "NVIDIA H200", "copy_bandwidth_gbs": 4200.0, "read": read}))
+    return path
+
+
+def test_read_floor_summary_counts_beyond_and_ratios(tmp_path):
+    """Three points at N = K = 4096 with a read floor of 12.5 µs (need 16 / 16 / 8 µs) and one at a
+    shape the floor file does not have."""
+    pts = _three_points() + _rows("fp8_dynamic", "gate_up", 8192, 4096, 1, 30.0, 33.0)
+    rows, _ = g.gap_rows(pts, COPY_GBS, 1.25)
+    meta, floor = g.load_read_floor(_floor_file(tmp_path / "stream_floor.json", {(4096, 4096): 12.5}))
+    assert meta["gpu"] == "NVIDIA H200" and floor == {(4096, 4096): 12.5}
+    (s,) = g.read_floor_summary(rows, floor, 1.25)
+    assert (s.format, s.points, s.missing) == ("fp8_dynamic", 3, 1)
+    assert s.beyond_read == 1  # need 8 < 12.5; need 16 >= 12.5 twice
+    assert s.read_best == pytest.approx((20 / 12.5 * 20 / 12.5 * 10 / 12.5) ** (1 / 3))
+    assert s.helion_ratio == pytest.approx((15 / 12.5 * 18 / 12.5 * 12 / 12.5) ** (1 / 3))
+    assert s.vllm_ratio == pytest.approx(s.read_best)
+    assert s.helion_ratio_needed == pytest.approx(s.read_best / 1.25)
+    assert s.median_helion_over_read_us == pytest.approx(2.5)  # 2.5, 5.5, -0.5
+    row = g.read_floor_table([s])[0]
+    assert row["beyond a weight read"] == "1" and row["points (no floor)"] == "3 (1)"
+
+
+def test_load_read_floor_rejects_other_files(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match="not a stream_floor.json"):
+        g.load_read_floor(bad)
+    bad.write_text(json.dumps({"read": [{"n": 1, "k": 1, "best_us": 0.0}]}))
+    with pytest.raises(ValueError, match="no positive read times"):
+        g.load_read_floor(bad)
+    with pytest.raises(FileNotFoundError):
+        g.load_read_floor(tmp_path / "missing.json")
+
+
+def test_cli_read_floor_option(tmp_path):
+    a = _write(tmp_path / "a" / "kernels.json", _three_points())
+    fl = _floor_file(tmp_path / "stream_floor.json", {(4096, 4096): 12.5})
+    md = tmp_path / "gap.md"
+    result = runner.invoke(app, ["bench", "gap", str(a), "--read-floor", str(fl), "--markdown", str(md)])
+    assert result.exit_code == 0, result.output
+    text = md.read_text()
+    assert "## Against a kernel that only reads the weight" in text
+    assert "`stream_floor.json` (NVIDIA H200, 1 shapes)" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| fp8_dynamic | 3 (0) |"))
+    assert "| 1 |" in line
+    bad = runner.invoke(app, ["bench", "gap", str(a), "--read-floor", str(tmp_path / "nope.json")])
+    assert bad.exit_code == 1 and "nope.json" in bad.output

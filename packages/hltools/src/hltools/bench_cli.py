@@ -711,13 +711,22 @@ def gap(
         Path | None, typer.Option(help="Also write the report (with the per-point tables) as markdown here.")
     ] = None,
     points: Annotated[bool, typer.Option(help="Print the per-point tables too.")] = False,
+    read_floor: Annotated[
+        Path | None,
+        typer.Option(
+            help="`stream_floor.json` of `ci/gpu/stream_floor.py` (the time of a kernel that only reads the "
+            "weight, per N x K, on the same GPU): also compare against that floor."
+        ),
+    ] = None,
 ) -> None:
     """Where Helion misses the --target speedup over vLLM's default kernel, and what it would need
     (`hltools.bench_gap`). Per point timed for both: bytes moved (`bench.gemm_bytes`), the copy-bandwidth
     floor bytes / copy BW, the time needed vLLM / target, and the verdict: met, needs X µs less fixed
     cost, or beyond copy bandwidth (no kernel reaches the target). Per file and format: geomean, as
     dispatched (slower keys 1.0), the floor-limited best geomean, median % of copy bandwidth for weights
-    of at least 16 MiB, verdict counts; per format a fit t = bytes / BW_eff + c for Helion and vLLM. Needs no
+    of at least 16 MiB, verdict counts; per format a fit t = bytes / BW_eff + c for Helion and vLLM. With
+    --read-floor, per format: points beyond a weight read (a GEMM that streams its weight no faster than that
+    read kernel cannot meet the target), the best geomean at the read's speed, and Helion's and vLLM's time over the read's. Needs no
     GPU. Exits 1 when a file cannot be read or holds no Helion/vLLM pair."""
     from hltools import bench_gap as g
 
@@ -744,6 +753,15 @@ def gap(
         sources[label] = metadata
     summaries = g.summarize(rows)
     fits = g.fit_by_format(rows)
+    floor_summaries, floor_source = None, ""
+    if read_floor is not None:
+        try:
+            floor_meta, floor = g.load_read_floor(read_floor)
+        except (FileNotFoundError, ValueError) as exc:
+            console.print(f"[bold red]{exc}")
+            raise typer.Exit(1) from None
+        floor_summaries = g.read_floor_summary(rows, floor, target)
+        floor_source = f"`{read_floor.name}` ({floor_meta.get('gpu', '?')}, {len(floor)} shapes)"
     if points:
         for s in summaries:
             sub = [r for r in rows if (r.file, r.format) == (s.file, s.format)]
@@ -752,9 +770,15 @@ def gap(
         _rich_table(g.summary_table(summaries), f"Helion vs vLLM's default kernel, target {target:g}x")
     )
     console.print(_rich_table(g.fit_table(fits), "t = bytes / BW_eff + c (least squares, per format)"))
+    if floor_summaries:
+        console.print(
+            _rich_table(g.read_floor_table(floor_summaries), f"Against a weight read: {floor_source}")
+        )
     if markdown is not None:
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(g.markdown(rows, summaries, fits, target, _command(), sources))
+        markdown.write_text(
+            g.markdown(rows, summaries, fits, target, _command(), sources, floor_summaries, floor_source)
+        )
         console.print(f"wrote {markdown}")
 
 

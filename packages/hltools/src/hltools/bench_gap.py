@@ -21,6 +21,13 @@ own row), the best geomean the copy bandwidth allows (``t_vllm / t_floor`` per k
 copy bandwidth of Helion and vLLM for weights of at least :data:`BIG_WEIGHT_BYTES` and the verdict
 counts. :func:`fit_linear` fits ``t = bytes / BW_eff + c`` by least squares.
 
+With a weight-read floor (``ci/gpu/stream_floor.py``'s ``stream_floor.json``: per (N, K) the time of
+the fastest of its kernels that only read the [N, K] weight once, timed like the benchmarks),
+:func:`read_floor_summary` tells per format how many points miss the target even at that time
+(``t_need < t_read``: a GEMM that streams its weight no faster than these read kernels cannot meet
+it; a better-streaming read kernel would lower the floor), the best geomean a kernel as fast
+as that read would give, and how close to the read Helion is and would have to be.
+
 Pure functions on :class:`hltools.bench.BenchResult` rows; ``kernels.json.gz`` is read too (the
 night runs are committed compressed).
 """
@@ -411,6 +418,91 @@ def fit_table(fits: Sequence[FormatFit]) -> list[dict[str, str]]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# Weight-read floor (ci/gpu/stream_floor.py)
+# --------------------------------------------------------------------------------------------
+def load_read_floor(path: Path) -> tuple[dict[str, Any], dict[tuple[int, int], float]]:
+    """``(metadata, {(N, K): µs})`` of a ``stream_floor.json``: ``read`` rows with ``n``, ``k`` and
+    ``best_us`` (the fastest weight-read kernel per shape). Raises ``FileNotFoundError`` or
+    ``ValueError`` (naming the file) when it cannot be read or has no such rows."""
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text())
+        floor = {(int(r["n"]), int(r["k"])): float(r["best_us"]) for r in payload["read"]}
+    except FileNotFoundError:
+        raise
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{path}: not a stream_floor.json with read rows of n, k, best_us ({type(exc).__name__}: {exc})"
+        ) from None
+    if not floor or not all(t > 0 for t in floor.values()):
+        raise ValueError(f"{path}: no positive read times in its 'read' rows")
+    return {k: v for k, v in payload.items() if k != "read"}, floor
+
+
+@dataclass(frozen=True)
+class ReadFloorSummary:
+    """One format against the weight-read floor ``t_read`` (µs per (N, K)), over the points whose
+    shape the floor file has (``missing``: the others). ``beyond_read``: points with ``t_need <
+    t_read``; ``read_best``: geomean ``t_vllm / t_read`` (a GEMM as fast as the read); ``helion_ratio``
+    / ``vllm_ratio``: geomean ``t / t_read``; ``helion_ratio_needed``: the geomean ``t_helion / t_read``
+    that meets the target on the geomean (``read_best / target``)."""
+
+    format: str
+    points: int
+    missing: int
+    beyond_read: int
+    read_best: float | None
+    helion_ratio: float | None
+    vllm_ratio: float | None
+    helion_ratio_needed: float | None
+    median_helion_over_read_us: float | None
+
+
+def read_floor_summary(
+    rows: Sequence[GapRow], floor: Mapping[tuple[int, int], float], target: float = DEFAULT_TARGET
+) -> list[ReadFloorSummary]:
+    """:class:`ReadFloorSummary` per format (in order of appearance), then ``all`` with more than one."""
+    formats = list(dict.fromkeys(r.format for r in rows))
+    groups = [(fmt, [r for r in rows if r.format == fmt]) for fmt in formats]
+    if len(formats) > 1:
+        groups.append(("all", list(rows)))
+    out = []
+    for fmt, rs in groups:
+        have = [(r, floor[(r.n, r.k)]) for r in rs if (r.n, r.k) in floor]
+        best = geomean(r.t_vllm / t for r, t in have)
+        out.append(
+            ReadFloorSummary(
+                format=fmt,
+                points=len(have),
+                missing=len(rs) - len(have),
+                beyond_read=sum(r.t_need < t for r, t in have),
+                read_best=best,
+                helion_ratio=geomean(r.t_helion / t for r, t in have),
+                vllm_ratio=geomean(r.t_vllm / t for r, t in have),
+                helion_ratio_needed=best / target if best else None,
+                median_helion_over_read_us=_median([r.t_helion - t for r, t in have]),
+            )
+        )
+    return out
+
+
+def read_floor_table(summaries: Sequence[ReadFloorSummary]) -> list[dict[str, str]]:
+    return [
+        {
+            "format": s.format,
+            "points (no floor)": f"{s.points} ({s.missing})",
+            "beyond a weight read": str(s.beyond_read),
+            "read-limited best": _f(s.read_best, ".3f", "×"),
+            "Helion / read": _f(s.helion_ratio, ".3f", "×"),
+            "vLLM / read": _f(s.vllm_ratio, ".3f", "×"),
+            "Helion / read needed": _f(s.helion_ratio_needed, ".3f", "×"),
+            "Helion − read median µs": _f(s.median_helion_over_read_us, ".2f"),
+        }
+        for s in summaries
+    ]
+
+
 def _md_table(rows: Sequence[Mapping[str, str]]) -> list[str]:
     if not rows:
         return ["(none)"]
@@ -429,9 +521,11 @@ def markdown(
     target: float,
     command: str = "",
     sources: Mapping[str, Mapping[str, Any]] | None = None,
+    read_floor: Sequence[ReadFloorSummary] | None = None,
+    read_floor_source: str = "",
 ) -> str:
-    """The whole report: command, legend, summary per (file, format), fits per format, then one
-    point table per (file, format)."""
+    """The whole report: command, legend, summary per (file, format), fits per format, the
+    weight-read floor table (when given), then one point table per (file, format)."""
     lines = [f"# Where Helion misses {target:g}× over vLLM's default kernel", ""]
     if command:
         lines += [f"Command: `{command}`", ""]
@@ -462,6 +556,21 @@ def markdown(
         "",
         *_md_table(fit_table(fits)),
     ]
+    if read_floor:
+        lines += [
+            "",
+            "## Against a kernel that only reads the weight",
+            "",
+            f"Read floor: {read_floor_source}. Per (N, K), the fastest of its kernels that read the [N, K]"
+            " weight once and do nothing else (no A, no MMA, no scales, no output tile), timed the same way;"
+            " a GEMM must read its weight too, so one that streams no faster than these kernels cannot beat it"
+            " (a faster read kernel would lower this floor). Beyond a weight read: need < read time."
+            " The floor was measured in its own run on the same GPU model."
+            " Read-limited best: geomean vLLM µs / read µs (a GEMM as fast as the read). Helion / read"
+            f" needed: the geomean Helion µs / read µs that gives {target:g}× on the geomean.",
+            "",
+            *_md_table(read_floor_table(read_floor)),
+        ]
     groups: dict[tuple[str, str], list[GapRow]] = {}
     for r in rows:
         groups.setdefault((r.file, r.format), []).append(r)
