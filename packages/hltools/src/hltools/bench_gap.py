@@ -325,14 +325,19 @@ class FormatFit:
     c_floor_all_us: float | None = None
 
 
-def fit_by_format(rows: Sequence[GapRow]) -> list[FormatFit]:
-    """:class:`FormatFit` per format (in order of appearance), then one for all formats (``all``)."""
+def _format_groups(rows: Sequence[GapRow]) -> list[tuple[str, list[GapRow]]]:
+    """``(format, rows)`` per format in order of appearance, then ``("all", rows)`` with more than one."""
     formats = list(dict.fromkeys(r.format for r in rows))
     groups = [(fmt, [r for r in rows if r.format == fmt]) for fmt in formats]
     if len(formats) > 1:
         groups.append(("all", list(rows)))
+    return groups
+
+
+def fit_by_format(rows: Sequence[GapRow]) -> list[FormatFit]:
+    """:class:`FormatFit` per format (in order of appearance), then one for all formats (``all``)."""
     out = []
-    for fmt, rs in groups:
+    for fmt, rs in _format_groups(rows):
         h = fit_linear([(r.bytes, r.t_helion) for r in rs])
         v = fit_linear([(r.bytes, r.t_vllm) for r in rs])
         reach = [r for r in rs if r.verdict != "beyond"]
@@ -463,12 +468,8 @@ def read_floor_summary(
     rows: Sequence[GapRow], floor: Mapping[tuple[int, int], float], target: float = DEFAULT_TARGET
 ) -> list[ReadFloorSummary]:
     """:class:`ReadFloorSummary` per format (in order of appearance), then ``all`` with more than one."""
-    formats = list(dict.fromkeys(r.format for r in rows))
-    groups = [(fmt, [r for r in rows if r.format == fmt]) for fmt in formats]
-    if len(formats) > 1:
-        groups.append(("all", list(rows)))
     out = []
-    for fmt, rs in groups:
+    for fmt, rs in _format_groups(rows):
         have = [(r, floor[(r.n, r.k)]) for r in rs if (r.n, r.k) in floor]
         best = geomean(r.t_vllm / t for r, t in have)
         out.append(
