@@ -4,10 +4,14 @@ replay? (dev tool for issue 4, ~20 s on an H200, needs only torch, triton and hl
 Kernel A spins SPIN_US µs in every program; with GDC it first executes
 ``griddepcontrol.launch_dependents``. Kernel B spins SPIN_US µs, then (with GDC)
 ``griddepcontrol.wait``, and is launched with Triton's ``launch_pdl``. If PDL works, a pair takes
-about one spin (B runs while A does); if not, two. Then the split-K fill of hlcore.scaled_mm:
-``hlcore.split_k_fill`` (GDC) + B (PDL) against ``zero_()`` + B.
+about one spin (B runs while A does); if not, two. Each kernel has PROGRAMS = 66 programs, so A and B
+together fit the H200's 132 SMs and can run side by side.
 
-  PYTHONPATH=packages/hltools/src:packages/hlcore/src python3 ci/gpu/pdl_overlap.py
+The run recorded in docs/gpu-runs.md (2026-12-01 late) also timed the PDL split-K fill of commit
+``4b5b3d0`` (``hlcore.split_k_fill`` + B with a 0 µs spin, against ``zero_()`` + B); that module was
+reverted (no gain), so this version times the spin pairs only.
+
+  PYTHONPATH=packages/hltools/src python3 ci/gpu/pdl_overlap.py
 """
 
 from __future__ import annotations
@@ -79,26 +83,6 @@ def main() -> int:
     for gdc in (False, True):
         rows[f"spin pair, {'PDL' if gdc else 'plain'}, eager"] = eager_us(pair(gdc))
         rows[f"spin pair, {'PDL' if gdc else 'plain'}, graph"] = time_graph([pair(gdc)] * 32).median_us
-    try:
-        from hlcore.split_k_fill import split_k_fill
-
-        out = torch.empty(32, 4096, dtype=torch.bfloat16, device="cuda")
-
-        def fill_pair(gdc: bool):
-            def call():
-                if gdc:
-                    split_k_fill(out, None)
-                else:
-                    out.zero_()
-                _spin_b[(PROGRAMS,)](x, 0, GDC=gdc, launch_pdl=gdc)
-
-            return call
-
-        for gdc in (False, True):
-            name = "split_k_fill + B (PDL)" if gdc else "zero_ + B (plain)"
-            rows[f"{name}, graph"] = time_graph([fill_pair(gdc)] * 32).median_us
-    except ImportError as exc:
-        print("no hlcore:", exc, file=sys.stderr)
     print(
         f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
         f"spin {SPIN_US} us x {PROGRAMS} programs"

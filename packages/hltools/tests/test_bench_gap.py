@@ -245,7 +245,6 @@ def test_read_floor_summary_counts_beyond_and_ratios(tmp_path):
     assert s.beyond_read == 1  # need 8 < 12.5; need 16 >= 12.5 twice
     assert s.read_best == pytest.approx((20 / 12.5 * 20 / 12.5 * 10 / 12.5) ** (1 / 3))
     assert s.helion_ratio == pytest.approx((15 / 12.5 * 18 / 12.5 * 12 / 12.5) ** (1 / 3))
-    assert s.vllm_ratio == pytest.approx(s.read_best)
     assert s.helion_ratio_needed == pytest.approx(s.read_best / 1.25)
     assert s.median_helion_over_read_us == pytest.approx(2.5)  # 2.5, 5.5, -0.5
     row = g.read_floor_table([s])[0]

@@ -714,8 +714,11 @@ def gap(
     read_floor: Annotated[
         Path | None,
         typer.Option(
-            help="`stream_floor.json` of `ci/gpu/stream_floor.py` (the time of a kernel that only reads the "
-            "weight, per N x K, on the same GPU): also compare against that floor."
+            help="`stream_floor.json` of `ci/gpu/stream_floor.py`: per (N, K), the best measured time of its "
+            "Triton kernels that only read the weight (a measured floor, not a hardware bound; measure it on "
+            "the same GPU model). Adds a table per format: points where vLLM µs / target < read µs, the "
+            "geomean vLLM / read and Helion / read, and the Helion / read the target needs. Shapes not in the "
+            "file count as 'no floor' and are left out."
         ),
     ] = None,
 ) -> None:

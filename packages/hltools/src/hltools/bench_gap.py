@@ -449,8 +449,9 @@ def load_read_floor(path: Path) -> tuple[dict[str, Any], dict[tuple[int, int], f
 class ReadFloorSummary:
     """One format against the weight-read floor ``t_read`` (µs per (N, K)), over the points whose
     shape the floor file has (``missing``: the others). ``beyond_read``: points with ``t_need <
-    t_read``; ``read_best``: geomean ``t_vllm / t_read`` (a GEMM as fast as the read); ``helion_ratio``
-    / ``vllm_ratio``: geomean ``t / t_read``; ``helion_ratio_needed``: the geomean ``t_helion / t_read``
+    t_read``; ``read_best``: geomean ``t_vllm / t_read`` (the speedup of a GEMM as fast as the read,
+    i.e. vLLM's time over the read's); ``helion_ratio``: geomean ``t_helion / t_read``;
+    ``helion_ratio_needed``: the geomean ``t_helion / t_read``
     that meets the target on the geomean (``read_best / target``)."""
 
     format: str
@@ -459,7 +460,6 @@ class ReadFloorSummary:
     beyond_read: int
     read_best: float | None
     helion_ratio: float | None
-    vllm_ratio: float | None
     helion_ratio_needed: float | None
     median_helion_over_read_us: float | None
 
@@ -480,7 +480,6 @@ def read_floor_summary(
                 beyond_read=sum(r.t_need < t for r, t in have),
                 read_best=best,
                 helion_ratio=geomean(r.t_helion / t for r, t in have),
-                vllm_ratio=geomean(r.t_vllm / t for r, t in have),
                 helion_ratio_needed=best / target if best else None,
                 median_helion_over_read_us=_median([r.t_helion - t for r, t in have]),
             )
@@ -494,9 +493,8 @@ def read_floor_table(summaries: Sequence[ReadFloorSummary]) -> list[dict[str, st
             "format": s.format,
             "points (no floor)": f"{s.points} ({s.missing})",
             "beyond a weight read": str(s.beyond_read),
-            "read-limited best": _f(s.read_best, ".3f", "×"),
+            "read-limited best (= vLLM / read)": _f(s.read_best, ".3f", "×"),
             "Helion / read": _f(s.helion_ratio, ".3f", "×"),
-            "vLLM / read": _f(s.vllm_ratio, ".3f", "×"),
             "Helion / read needed": _f(s.helion_ratio_needed, ".3f", "×"),
             "Helion − read median µs": _f(s.median_helion_over_read_us, ".2f"),
         }
@@ -565,9 +563,10 @@ def markdown(
             f"Read floor: {read_floor_source}. Per (N, K), the fastest of its kernels that read the [N, K]"
             " weight once and do nothing else (no A, no MMA, no scales, no output tile), timed the same way;"
             " a GEMM must read its weight too, so one that streams no faster than these kernels cannot beat it"
-            " (a faster read kernel would lower this floor). Beyond a weight read: need < read time."
-            " The floor was measured in its own run on the same GPU model."
-            " Read-limited best: geomean vLLM µs / read µs (a GEMM as fast as the read). Helion / read"
+            " (a faster read kernel would lower this floor: it is measured, not a hardware bound). Beyond a"
+            " weight read: need < read time. The floor was measured in its own run on the same GPU model;"
+            " shapes it does not have count as 'no floor' and are left out."
+            " Read-limited best: geomean vLLM µs / read µs (the speedup of a GEMM as fast as the read). Helion / read"
             f" needed: the geomean Helion µs / read µs that gives {target:g}× on the geomean.",
             "",
             *_md_table(read_floor_table(read_floor)),
