@@ -28,7 +28,7 @@ FORMATS = os.environ.get("SWEEP_FORMATS", "fp8_dynamic").split(",")
 MS = [int(x) for x in os.environ.get("SWEEP_MS", "1,8,32").split(",")]
 JOBS = int(os.environ.get("SWEEP_JOBS", "12"))
 ONLY = os.environ.get("SWEEP_ONLY")  # comma-separated candidate names
-# JSON object {name: config}: more candidates (kept by SWEEP_ONLY only when named there too)
+# JSON object {name: config}: more candidates, always kept (SWEEP_ONLY filters the built-in ones)
 EXTRA = json.loads(os.environ.get("SWEEP_CONFIGS", "{}"))
 # comma-separated variant names of default_variants() without the _m<M> suffix (default: all)
 VARIANTS = os.environ.get("SWEEP_VARIANTS")
@@ -77,6 +77,8 @@ def candidates(fmt: str) -> dict[str, dict]:
         add(f"s1_n64_k128_sw_{tag}", 16, 64, 128, 1, True, 6, pid=pid)
         add(f"s1_n32_k256_{tag}", 16, 32, 256, 1, False, 4, pid=pid)
         add(f"s4_n64_k128_sw_{tag}", 16, 64, 128, 4, True, 4, pid=pid)
+    if ONLY:
+        c = {k: v for k, v in c.items() if k in ONLY.split(",")}
     c.update(EXTRA)
     if fmt == "block_fp8":  # the inner K tile is the 128 block: block_k is unused, drop duplicates
         seen, out = set(), {}
@@ -86,8 +88,6 @@ def candidates(fmt: str) -> dict[str, dict]:
                 seen.add(key)
                 out[name] = cfg
         c = out
-    if ONLY:
-        c = {k: v for k, v in c.items() if k in ONLY.split(",")}
     return c
 
 

@@ -728,9 +728,9 @@ def gap(
     cost, or beyond copy bandwidth (no kernel reaches the target). Per file and format: geomean, as
     dispatched (slower keys 1.0), the floor-limited best geomean, median % of copy bandwidth for weights
     of at least 16 MiB, verdict counts; per format a fit t = bytes / BW_eff + c for Helion and vLLM. With
-    --read-floor, per format: points beyond a weight read (a GEMM that streams its weight no faster than that
-    read kernel cannot meet the target), the best geomean at the read's speed, and Helion's and vLLM's time over the read's. Needs no
-    GPU. Exits 1 when a file cannot be read or holds no Helion/vLLM pair."""
+    --read-floor, per format: points beyond a weight read (a GEMM that streams its weight no faster than
+    that read kernel cannot meet the target), the best geomean at the read's speed (vLLM / read) and
+    Helion's time over the read's. Needs no GPU. Exits 1 when a file cannot be read or holds no Helion/vLLM pair."""
     from hltools import bench_gap as g
 
     console = _console()

@@ -451,8 +451,8 @@ class ReadFloorSummary:
     shape the floor file has (``missing``: the others). ``beyond_read``: points with ``t_need <
     t_read``; ``read_best``: geomean ``t_vllm / t_read`` (the speedup of a GEMM as fast as the read,
     i.e. vLLM's time over the read's); ``helion_ratio``: geomean ``t_helion / t_read``;
-    ``helion_ratio_needed``: the geomean ``t_helion / t_read``
-    that meets the target on the geomean (``read_best / target``)."""
+    ``helion_ratio_needed``: the geomean ``t_helion / t_read`` that meets the target on the geomean
+    (``read_best / target``)."""
 
     format: str
     points: int
