@@ -64,12 +64,12 @@ def test_route_keeps_vllm_where_it_was_faster(aux, capturing):
 
 
 def test_route_limits(aux, capturing, hl_env):
-    from hlvllm import dispatch
+    from hlvllm import routing
 
     _set(hl_env, HL_MAX_HELION_SIZE="2")
     assert aux.route("rms_norm", 2, 64) == "helion" and aux.route("rms_norm", 3, 64) == "fallback"
     _set(hl_env, HL_MAX_HELION_SIZE="32")
-    hl_env.setattr(dispatch, "_max_m_limit", 8)  # vLLM's largest CUDA-graph capture size
+    hl_env.setattr(routing, "_max_m_limit", 8)  # vLLM's largest CUDA-graph capture size
     assert aux.route("rms_norm", 8, 64) == "helion" and aux.route("rms_norm", 9, 64) == "fallback"
     _set(hl_env, HL_MAX_HELION_SIZE="0")
     assert aux.route("rms_norm", 1, 64) == "fallback"

@@ -134,7 +134,7 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, caplog):
     assert fallback_calls == [m]  # up to 32: Helion's first call is checked against it; above: the path
     # hlvllm.precompile's job: the GEMM alone at another M, on ones laid out as the quant lays out
     assert q.is_contiguous() and s.is_contiguous() and q.dtype == torch.float8_e4m3fn
-    ones = kernel.helion_gemm_at(layer, 5, torch.bfloat16, bias)
+    ones = kernel.helion_gemm_at(5, layer.weight, kernel.helion_scale, torch.bfloat16, bias)
     ref_ones = scaled_mm_ref(
         torch.ones(5, k).to(torch.float8_e4m3fn), w_q.t(), torch.ones(5, 3), w_s, torch.bfloat16, bias,
         block_size=(128, 128),
@@ -166,8 +166,9 @@ def test_block_layers_compile_to_one_graph_piece(cuda_like, graphs_on_config):
         layer.weight_block_size = [128, 128]
         kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
 
-        def reference(layer_, x_2d, bias=None, kernel=kernel, w_s=w_s):  # vLLM's kernel, on the CPU
+        def reference(layer_, x_2d, bias=None, kernel=kernel):  # vLLM's kernel, on the CPU
             q, s = kernel.quant_fp8(x_2d)
+            w_s = layer_.weight_scale_inv  # the layer's own scales (the op passes them in)
             return scaled_mm_ref(q, layer_.weight.t(), s, w_s, torch.bfloat16, bias, block_size=(128, 128))
 
         cuda_like.setattr(kernel.fallback, "apply_weights", reference)

@@ -97,7 +97,7 @@ def test_first_call_compiles_one_size_per_kernel_of_the_shape(op, hl_env):
 
 def test_jobs_run_in_threads_and_a_failing_size_only_reports(op, hl_env, caplog):
     import hlvllm.ops as ops
-    from hlvllm import precompile
+    from hlvllm import precompile, routing
 
     fn, dispatch, _, helion_calls = op
     _threads(hl_env, 3)
@@ -122,7 +122,7 @@ def test_jobs_run_in_threads_and_a_failing_size_only_reports(op, hl_env, caplog)
     assert len(names) > 1 and all(n.startswith("hlvllm-precompile") for n in names)
     assert "precompiled fp8_dynamic N=48 K=96 at M=1,2,4,8,16,24,32" in caplog.text
     assert "(3 threads); 1 failed" in caplog.text
-    assert not dispatch._broken  # the failed job breaks nothing: M = 4's own call decides
+    assert not routing._broken  # the failed job breaks nothing: M = 4's own call decides
     args, d = _args(4)
     out = fn(*args)
     assert dispatch.DISPATCH_COUNTS[("helion", 4, N, K)] == 1
@@ -148,12 +148,17 @@ def test_a_precompile_error_never_fails_the_call(op, hl_env, caplog):
 
 
 def test_no_precompile_under_capture_or_for_marked_sizes(op, hl_env):
-    from hlvllm import dispatch, precompile
+    from hlvllm import precompile, routing
 
     fn, _, _, helion_calls = op
     _threads(hl_env, 2)
     _no_grouping(hl_env)
-    hl_env.setattr(dispatch, "tuned_fallback", lambda fmt, m, n, k: m == 8)  # M = 8 runs vLLM's kernel
+    real_decide = routing.decide
+
+    def decide(fmt, m, n, k):  # M = 8 runs vLLM's kernel
+        return routing.Route(routing.VLLM, "test") if m == 8 else real_decide(fmt, m, n, k)
+
+    hl_env.setattr(routing, "decide", decide)
     fn(*_args(2)[0])
     assert sorted(c[0] for c in helion_calls[:-1]) == [1, 2, 4, 16, 24, 32]
     never = []

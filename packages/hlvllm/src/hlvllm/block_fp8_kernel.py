@@ -10,15 +10,15 @@ path is exactly vLLM's. The Helion path reads the same fp8 weight and the fp32 b
 (DeepGEMM's UE8M0 re-quantization rewrites both in place, so they stay consistent; a fallback that
 re-lays out the scales keeps the original fp32 ``[ceil(N/128), ceil(K/128)]`` tensor here).
 
-Dispatch happens inside ``torch.ops.hlvllm.block_scaled_mm(x, weight, out_dtype, bias)``:
-``num_tokens <= max_helion_size`` under CUDA-graph capture -> quantize with ``QuantFP8`` (1x128,
-row-major fp32 scales) + Helion; otherwise the fallback kernel's own ``apply_weights`` (its own
-quantization layout, e.g. column-major or UE8M0 scales for DeepGEMM). The op finds its layer by
-the weight it is given (:func:`layer_for`: the weight's device address, registered at weight
-processing). The weight is an argument, not a per-layer integer, so every decoder layer's piece of
-vLLM's compiled graph is the same graph and Inductor compiles it once: with a per-layer id
-constant (until 2026-12-01) each of Qwen3-8B's 36 pieces was compiled on its own (81 s instead of
-16 s on the H200).
+Dispatch happens inside ``torch.ops.hlvllm.block_scaled_mm(x, weight, weight_scale, helion_scale,
+out_dtype, bias)``: ``num_tokens <= max_helion_size`` under CUDA-graph capture -> quantize with
+``QuantFP8`` (1x128, row-major fp32 scales) + Helion; otherwise the fallback kernel's own
+``apply_weights`` (its own quantization layout, e.g. column-major or UE8M0 scales for DeepGEMM) on a
+stand-in layer holding the op's weight and scale tensors (:func:`layer_view`). The op carries every
+tensor it uses as an argument and finds its kernel by the weight's (N, K) (:func:`kernel_for`:
+layers of one shape have the same kernel config), so every decoder layer's piece of vLLM's compiled
+graph is the same graph and Inductor compiles it once, and the compile range above max_helion_size
+can call the fallback's code on the graph's own tensors (:mod:`hlvllm.lowering`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ BLOCK = (128, 128)
 SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 #: (data_ptr, shape) of a layer's fp8 weight -> (kernel, layer); filled by
-#: process_weights_after_loading, read inside the op on every call (:func:`layer_for`).
+#: process_weights_after_loading (:func:`layer_for`).
 BLOCK_LAYERS: dict[tuple, tuple[HelionFp8BlockScaledMMKernel, torch.nn.Module]] = {}
+#: (N, K) -> the kernel of the last processed layer of that shape (:func:`kernel_for`).
+BLOCK_KERNELS: dict[tuple[int, int], HelionFp8BlockScaledMMKernel] = {}
 
 
 def _weight_key(weight: torch.Tensor) -> tuple:
@@ -65,6 +67,29 @@ def layer_for(weight: torch.Tensor) -> tuple[HelionFp8BlockScaledMMKernel, torch
             f"(shape {tuple(weight.shape)}, {weight.dtype}, {weight.device}); "
             f"{len(BLOCK_LAYERS)} layers are registered"
         ) from None
+
+
+def kernel_for(n: int, k: int) -> HelionFp8BlockScaledMMKernel:
+    """The kernel of the Block_FP8 layers whose weight is ``[n, k]``.
+
+    Raises:
+        KeyError: no Block_FP8 layer of that shape was processed by :class:`HelionFp8BlockScaledMMKernel`."""
+    try:
+        return BLOCK_KERNELS[(int(n), int(k))]
+    except KeyError:
+        raise KeyError(
+            f"hlvllm.block_scaled_mm: no Block_FP8 layer with an fp8 weight of shape [{n}, {k}] was "
+            f"processed; registered shapes: {sorted(BLOCK_KERNELS)}"
+        ) from None
+
+
+def layer_view(params_cls, weight: torch.Tensor, scale: torch.Tensor, scale_attr: str):
+    """A stand-in for a Block_FP8 layer that vLLM's block kernels read: ``weight``, the block scales
+    under ``scale_attr`` (``weight_scale_inv`` or ``weight_scale``), no static input scales."""
+    import types
+
+    attrs = {params_cls.WEIGHT: weight, scale_attr: scale, "input_scale": None, "input_scale_ub": None}
+    return types.SimpleNamespace(**attrs)
 
 
 def choose_fallback(config: FP8ScaledMMLinearLayerConfig) -> type[Fp8BlockScaledMMLinearKernel] | None:
@@ -123,12 +148,12 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         params = self._get_layer_params(layer)
-        scale_name = params.WEIGHT_SCALE if params.weight_scale_inv is None else params.WEIGHT_SCALE_INV
-        scale_before = getattr(layer, scale_name).data  # fp32 [ceil(N/128), ceil(K/128)]
+        self.scale_attr = params.WEIGHT_SCALE if params.weight_scale_inv is None else params.WEIGHT_SCALE_INV
+        scale_before = getattr(layer, self.scale_attr).data  # fp32 [ceil(N/128), ceil(K/128)]
         weight_before = params.weight.data
         self.fallback.process_weights_after_loading(layer)
         weight = getattr(layer, params.WEIGHT)
-        scale = getattr(layer, scale_name)
+        scale = getattr(layer, self.scale_attr)
         if weight.data_ptr() != weight_before.data_ptr() or weight.shape != weight_before.shape:
             logger.warning(
                 "hlvllm: %s replaced the weight tensor; this layer uses it for every batch size",
@@ -139,7 +164,12 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
             self.helion_scale = scale.data
         else:  # re-laid-out (e.g. packed UE8M0): the fp32 tensor was re-quantized in place, if at all
             self.helion_scale = scale_before
+        n, k = weight.shape
         BLOCK_LAYERS[_weight_key(weight)] = (self, layer)
+        BLOCK_KERNELS[(n, k)] = self  # the newest model's kernel (one model per process in vLLM)
+        from hlvllm import guard
+
+        guard.register_shape(self.guard_shape(weight.data, scale.data, self.helion_scale))
         self.registered = True
 
     def apply_weights(
@@ -150,34 +180,64 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
         x_2d = x.reshape(-1, x.shape[-1])
         n = layer.weight.shape[0]
         out_dtype = self.config.out_dtype or x.dtype
-        out = torch.ops.hlvllm.block_scaled_mm(x_2d, layer.weight, out_dtype, bias)
+        scale = getattr(layer, self.scale_attr)
+        out = torch.ops.hlvllm.block_scaled_mm(x_2d, layer.weight, scale, self.helion_scale, out_dtype, bias)
         return out.view(*x.shape[:-1], n)
 
     # The op body's two paths -------------------------------------------------------------------
-    def helion_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
+    def helion_path(self, x_2d, weight, helion_scale, out_dtype, bias, config=None) -> torch.Tensor:
         q, scale_a = self.quant_fp8(x_2d)  # fp8 [M, K], fp32 [M, ceil(K/128)], both row-major
-        return self.helion_gemm(layer, q, scale_a, out_dtype, bias)
+        return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias, config)
 
-    def helion_gemm(self, layer, q, scale_a, out_dtype, bias) -> torch.Tensor:
+    def helion_gemm(self, q, scale_a, weight, helion_scale, out_dtype, bias, config=None) -> torch.Tensor:
         from hlcore.scaled_mm import scaled_mm
-        from hlvllm.ops import helion_config
 
-        n, k = layer.weight.shape
-        config = helion_config("block_fp8", q.shape[0], n, k, q.device)
         return scaled_mm(
-            q, layer.weight.t(), scale_a, self.helion_scale, out_dtype, bias, block_size=BLOCK, config=config
+            q, weight.t(), scale_a, helion_scale, out_dtype, bias, block_size=BLOCK, config=config
         )
 
-    def helion_gemm_at(self, layer, m: int, out_dtype, bias) -> torch.Tensor:
+    def helion_gemm_at(self, m: int, weight, helion_scale, out_dtype, bias) -> torch.Tensor:
         """The Helion GEMM of :meth:`helion_path` at M = ``m`` on operands of ones with the quant's
         layouts (:mod:`hlvllm.precompile`: compiles without running the activation quantization)."""
-        k = layer.weight.shape[1]
-        q = torch.ones((m, k), dtype=layer.weight.dtype, device=layer.weight.device)
-        scale_a = torch.ones((m, -(-k // BLOCK[1])), dtype=torch.float32, device=layer.weight.device)
-        return self.helion_gemm(layer, q, scale_a, out_dtype, bias)
+        k = weight.shape[1]
+        q = torch.ones((m, k), dtype=weight.dtype, device=weight.device)
+        scale_a = torch.ones((m, -(-k // BLOCK[1])), dtype=torch.float32, device=weight.device)
+        return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)
 
-    def fallback_path(self, layer, x_2d, out_dtype, bias) -> torch.Tensor:
+    def fallback_path(self, x_2d, weight, weight_scale, out_dtype, bias) -> torch.Tensor:
+        """vLLM's kernel on a stand-in layer holding ``weight`` and ``weight_scale``."""
+        layer = layer_view(self._params_cls(), weight, weight_scale, self.scale_attr)
         return self.fallback.apply_weights(layer, x_2d, bias).to(out_dtype)
+
+    def _params_cls(self):
+        from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import FP8BlockParams
+
+        return FP8BlockParams
+
+    def guard_shape(self, weight, weight_scale, helion_scale):
+        """The speed guard's view of this layer shape (:class:`hlvllm.guard.GuardShape`): the whole op
+        (1x128 quantization + GEMM) on each side, random bf16 activations."""
+        from hlvllm.guard import GuardShape, weight_copies
+
+        n, k = weight.shape
+        out_dtype = self.config.out_dtype or torch.bfloat16
+
+        def make_calls(m: int, copies: int):
+            gen = torch.Generator(device=weight.device).manual_seed(m)
+            x = torch.randn((m, k), generator=gen, device=weight.device).to(out_dtype)
+            ws = weight_copies(weight, copies)
+            helion = [lambda w=w: self.helion_path(x, w, helion_scale, out_dtype, None) for w in ws]
+            vllm = [lambda w=w: self.fallback_path(x, w, weight_scale, out_dtype, None) for w in ws]
+            return helion, vllm
+
+        return GuardShape(
+            "block_fp8",
+            n,
+            k,
+            weight.numel() * weight.element_size(),
+            type(self.fallback).__name__,
+            make_calls,
+        )
 
     def apply_block_scaled_mm(self, A, B, As, Bs):  # abstract in vLLM; unused (apply_weights is ours)
         return self.fallback.apply_block_scaled_mm(A, B, As, Bs)

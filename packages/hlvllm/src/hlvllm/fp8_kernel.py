@@ -18,7 +18,14 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (
     kFp8StaticChannelSym,
 )
 
-from hlvllm.support import announce, cudagraph_capture_limit, helion_supported, warn_if_declined
+from hlvllm.ops import register_scaled_mm_layer
+from hlvllm.support import (
+    announce,
+    cudagraph_capture_limit,
+    helion_supported,
+    model_dtype,
+    warn_if_declined,
+)
 
 SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -51,6 +58,12 @@ class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
     def __init__(self, c: FP8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
         announce("FP8_Dynamic", "CUTLASS (cutlass_scaled_mm)")
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        super().process_weights_after_loading(layer)
+        w, w_s, _, _ = self._get_layer_params(layer)  # [K, N] column-major fp8, [N, 1] fp32
+        if w.shape[1] == self.logical_output_size:  # not padded by CUTLASS
+            register_scaled_mm_layer("fp8_dynamic", w, w_s, layer, self.config.out_dtype or model_dtype())
 
     def apply_scaled_mm(
         self,

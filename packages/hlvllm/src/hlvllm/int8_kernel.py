@@ -17,8 +17,15 @@ from vllm import _custom_ops as vllm_ops
 from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassInt8ScaledMMLinearKernel
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import Int8ScaledMMLinearLayerConfig
 
+from hlvllm.ops import register_scaled_mm_layer
 from hlvllm.settings import get_settings
-from hlvllm.support import announce, cudagraph_capture_limit, helion_supported, warn_if_declined
+from hlvllm.support import (
+    announce,
+    cudagraph_capture_limit,
+    helion_supported,
+    model_dtype,
+    warn_if_declined,
+)
 
 
 class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
@@ -50,6 +57,11 @@ class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
         super().__init__(c, layer_param_names)
         self.helion_input_quant = "int8_quant" in get_settings().aux_kernels
         announce("W8A8_INT8", "CUTLASS (cutlass_scaled_mm)")
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        super().process_weights_after_loading(layer)
+        w_q, w_s, _, _, _ = self._get_layer_params(layer)  # [K, N] column-major int8, [N, 1] fp32
+        register_scaled_mm_layer("w8a8_int8", w_q, w_s, layer, model_dtype())
 
     def apply_weights(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None

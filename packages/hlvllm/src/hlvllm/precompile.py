@@ -67,7 +67,7 @@ def capture_sizes() -> tuple[int, ...]:
     are off), else the fixed ones."""
     if _compilation_config is None:
         return _capture_sizes
-    from hlvllm.support import capture_sizes_of
+    from hlvllm.graphs import capture_sizes_of
 
     return tuple(sorted(set(capture_sizes_of(_compilation_config))))
 

@@ -11,6 +11,7 @@
 | ``HL_AUX_FUSION`` | ``0`` | ``1``: a graph pass fuses each aux norm / silu_and_mul with the per-token fp8 quant after it (one launch) |
 | ``HL_KERNEL_CACHE_DIR`` | ``<VLLM_CACHE_ROOT>/hlcore_kernels`` | hlcore's cache of Helion's generated code across restarts; set by ``hlvllm.plugin.register`` when unset; empty: off |
 | ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config of this GPU's file (one warning), and vLLM's kernel on a GPU without a file; ``vllm`` runs vLLM's kernel for all of them; ``heuristic`` is ``nearest`` that also runs Helion's untuned default config on a GPU without a file |
+| ``HL_SPEED_GUARD`` | ``1`` (on) | shapes without an exact tuned key keep Helion only where it times at least 2 % faster than vLLM's kernel at warm-up (:mod:`hlvllm.guard`; results cached next to the kernel cache); ``0``: off |
 | ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); on the H200 it took 4 of 26 s off an 8-layer engine's capture |
 
 A value a variable does not take makes :func:`get_settings` raise ``ValueError``; the plugin then stays off
@@ -45,6 +46,7 @@ class Settings:
     untuned_shapes: str = "nearest"
     aux_fusion: bool = False
     precompile_threads: int = 0
+    speed_guard: bool = True
 
 
 #: ``HL_LINEAR_BACKEND`` values that leave the plugin off without a word (``helion`` turns it on).
@@ -60,11 +62,13 @@ def _backend_env() -> bool:
     raise ValueError(f"HL_LINEAR_BACKEND must be 'helion' (on) or unset, 'vllm' or '0' (off); got {raw!r}")
 
 
-def _bool_env(name: str) -> bool:
+def _bool_env(name: str, default: bool = False) -> bool:
     raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
     if raw in _TRUE:
         return True
-    if raw in _FALSE or not raw:
+    if raw in _FALSE:
         return False
     raise ValueError(f"{name} must be one of 1, true, yes, on / 0, false, no, off; got {raw!r}")
 
@@ -131,4 +135,5 @@ def get_settings() -> Settings:
         untuned_shapes=_untuned_env(),
         aux_fusion=aux_fusion,
         precompile_threads=_int_env("HL_PRECOMPILE_THREADS", 0),
+        speed_guard=_bool_env("HL_SPEED_GUARD", default=True),
     )

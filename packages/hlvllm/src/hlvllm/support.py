@@ -14,7 +14,19 @@ import functools
 import importlib.util
 import logging
 
+from hlvllm.graphs import add_compile_range_endpoint, capture_sizes_of, cudagraph_capture_limit
 from hlvllm.settings import get_settings
+
+__all__ = [
+    "announce",
+    "capture_sizes_of",
+    "cudagraph_capture_limit",
+    "helion_importable",
+    "helion_supported",
+    "model_dtype",
+    "warn_if_declined",
+    "warn_once",
+]
 
 logger = logging.getLogger("vllm.hlvllm")
 _announced: set[str] = set()
@@ -82,49 +94,36 @@ def helion_supported(compute_capability: int | None) -> tuple[bool, str | None]:
     return helion_importable()
 
 
-def _graphs_on(cfg) -> bool:
-    """Whether a vLLM ``CompilationConfig`` captures CUDA graphs."""
-    from vllm.config import CUDAGraphMode
-
-    return cfg.cudagraph_mode is not None and cfg.cudagraph_mode != CUDAGraphMode.NONE
-
-
-def cudagraph_capture_limit() -> tuple[int, str | None]:
-    """The largest CUDA-graph capture size of the current vLLM config, or 0 and a reason."""
+def model_dtype():
+    """The model's dtype from the current vLLM config (bf16 when there is none)."""
+    import torch
     from vllm.config import get_current_vllm_config
 
-    cfg = get_current_vllm_config().compilation_config
-    if not _graphs_on(cfg):
-        return 0, "CUDA graphs are off (enforce_eager or cudagraph_mode=NONE); Helion only pays under graphs"
-    size = cfg.max_cudagraph_capture_size or 0
-    if size <= 0:
-        return 0, "max_cudagraph_capture_size is 0"
-    return size, None
-
-
-def capture_sizes_of(cfg) -> list[int]:
-    """The CUDA-graph capture sizes of a vLLM ``CompilationConfig`` (empty when CUDA graphs are off)."""
-    if not _graphs_on(cfg):
-        return []
-    limit = cfg.max_cudagraph_capture_size or 0
-    return [int(s) for s in (cfg.cudagraph_capture_sizes or []) if 0 < int(s) <= limit]
+    model_config = get_current_vllm_config().model_config
+    dtype = getattr(model_config, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else torch.bfloat16
 
 
 def announce(fmt: str, fallback: str) -> None:
-    """At kernel construction: record the CUDA-graph capture limit for dispatch and log, once per
+    """At kernel construction: record the CUDA-graph capture limit for dispatch, split vLLM's compile
+    ranges at max_helion_size (:func:`hlvllm.graphs.add_compile_range_endpoint`), install the pass that
+    lowers our ops above it to vLLM's kernels (:mod:`hlvllm.lowering`) and log, once per
     format and process, which kernel runs which batch sizes."""
     from vllm.config import get_current_vllm_config
 
-    from hlvllm import dispatch, precompile
+    from hlvllm import lowering, precompile, routing
 
     size, _ = cudagraph_capture_limit()
-    dispatch.set_capture_limit(size)
-    precompile.set_compilation_config(get_current_vllm_config().compilation_config)
+    routing.set_capture_limit(size)
+    vllm_config = get_current_vllm_config()
+    precompile.set_compilation_config(vllm_config.compilation_config)
+    add_compile_range_endpoint(vllm_config, routing.max_helion_m())
+    lowering.install()
     if fmt not in _announced:
         _announced.add(fmt)
         logger.info(
             "hlvllm: %s linear layers use Helion for num_tokens <= %d under CUDA graphs and %s otherwise",
             fmt,
-            dispatch.max_helion_m(),
+            routing.max_helion_m(),
             fallback,
         )

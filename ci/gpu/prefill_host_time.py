@@ -1,0 +1,147 @@
+"""Host time of one linear call at prefill sizes: plugin off vs on, and the designs that were weighed.
+
+Issue 20 ("No cost to switch it on"): above max_helion_size a linear layer must cost what vLLM's
+own path costs. Every variant below computes the same FP8_Dynamic GEMM out[M, N] = scale_a *
+scale_b * (a @ b) at N = K = 4096 and M in {64, 256, 1024, 4096}, through torch.compile with a
+dynamic M, as vLLM's compiled graph does:
+
+* ``vllm``: the graph vLLM traces without the plugin (``vllm._custom_ops.cutlass_scaled_mm``);
+* ``op``: the graph with hlvllm's op left in place (before the lowering pass: the op's Python body
+  runs its size test on every call);
+* ``lowered``: hlvllm's op with :mod:`hlvllm.lowering` run in the range above max_helion_size (what
+  the plugin does now);
+* ``cond``: the size branch inside the traced graph, ``torch.cond(M <= 32, Helion op, vLLM op)``
+  (the alternative the issue names), where it compiles.
+
+Host time = wall time of 200 back-to-back calls without synchronising, divided by 200 (these shapes
+are host-bound at prefill sizes up to ~1024; the GPU time per call is printed beside it, measured
+with CUDA events, so a host figure that is really GPU time shows). Median of 5 such loops. Prints
+a table and writes ``$OUT/prefill_host_time.json``.
+
+Usage (GPU machine, vLLM bundle env + the project's wheels): ``python3 ci/gpu/prefill_host_time.py``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+import torch
+
+MS = (64, 256, 1024, 4096)
+N = K = 4096
+CALLS = 200
+LOOPS = 5
+
+
+def _inputs(m: int):
+    g = torch.Generator(device="cuda").manual_seed(m)
+    a = torch.randn((m, K), device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn((N, K), device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+    sa = torch.rand((m, 1), device="cuda", generator=g) * 0.01
+    sb = torch.rand((N, 1), device="cuda", generator=g) * 0.01
+    return a, b, sa, sb
+
+
+def _host_us(fn, args) -> tuple[float, float]:
+    for _ in range(10):
+        fn(*args)
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(LOOPS):
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn(*args)
+        host.append((time.perf_counter() - t0) * 1e6 / CALLS)
+        torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(CALLS):
+        fn(*args)
+    end.record()
+    end.synchronize()
+    return statistics.median(host), start.elapsed_time(end) * 1e3 / CALLS
+
+
+def main() -> None:
+    from vllm import _custom_ops as vllm_ops
+    from vllm.config.utils import Range
+
+    os.environ.setdefault("HL_LINEAR_BACKEND", "helion")
+    from hlvllm.lowering import _pass_class
+    from hlvllm.plugin import register
+
+    register()
+    ops = torch.ops.hlvllm
+
+    def vllm_graph(a, b, sa, sb):
+        return vllm_ops.cutlass_scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    def op_graph(a, b, sa, sb):
+        return ops.scaled_mm(a, b, sa, sb, torch.bfloat16, None)
+
+    def cond_graph(a, b, sa, sb):
+        return torch.cond(a.shape[0] <= 32, op_graph, vllm_graph, (a, b, sa, sb))
+
+    import torch._inductor.config as inductor_config
+    from vllm.compilation.passes.inductor_pass import pass_context
+
+    variants = {}
+    large = Range(start=33, end=8192)
+    for name, fn, post in (
+        ("vllm", vllm_graph, None),
+        ("op", op_graph, None),
+        ("lowered", op_graph, _pass_class()()),
+        ("cond", cond_graph, None),
+    ):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+        try:
+            a0 = _inputs(64)
+            torch._dynamo.mark_dynamic(a0[0], 0)
+            torch._dynamo.mark_dynamic(a0[2], 0)
+            with pass_context(large), inductor_config.patch(post_grad_custom_post_pass=post):
+                compiled(*a0)  # compile once, dynamic M
+            variants[name] = compiled
+        except Exception as exc:  # noqa: BLE001 - record why a design does not compile
+            variants[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    rows = []
+    eager = {
+        "eager vllm wrapper": vllm_graph,
+        "eager hlvllm op": op_graph,
+        "eager _C op": lambda a, b, sa, sb: torch.ops._C.cutlass_scaled_mm(
+            torch.empty((a.shape[0], N), dtype=torch.bfloat16, device="cuda"), a, b, sa, sb, None
+        ),
+    }
+    for m in MS:
+        args = _inputs(m)
+        row = {"M": m, "N": N, "K": K}
+        for name, fn in [*variants.items(), *eager.items()]:
+            if isinstance(fn, str):
+                row[name] = fn
+                continue
+            host, gpu = _host_us(fn, args)
+            row[f"{name}_host_us"] = round(host, 2)
+            row[f"{name}_gpu_us"] = round(gpu, 2)
+        rows.append(row)
+    out = os.environ.get("OUT", ".")
+    from hltools.results import provenance  # noqa: PLC0415 (GPU-machine script)
+
+    payload = {"metadata": provenance("nvidia_h200"), "rows": rows}
+    with open(os.path.join(out, "prefill_host_time.json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    names = [n for n in [*variants, *eager] if not isinstance(variants.get(n), str)]
+    print("host µs per call (GPU µs per call), FP8_Dynamic N=K=4096, torch.compile dynamic M")
+    print("| M | " + " | ".join(names) + " |")
+    for row in rows:
+        cells = [f"{row.get(n + '_host_us', '-')} ({row.get(n + '_gpu_us', '-')})" for n in names]
+        print(f"| {row['M']} | " + " | ".join(cells) + " |")
+    for name, v in variants.items():
+        if isinstance(v, str):
+            print(f"{name}: did not compile: {v}")
+
+
+if __name__ == "__main__":
+    main()
