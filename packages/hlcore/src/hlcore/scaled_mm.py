@@ -30,7 +30,7 @@ One Helion kernel body holds every algorithm variant as tunables:
   ticket orders them (the CUTLASS split-K semaphore pattern). The workspace and counters are therefore zero again after every
   launch (a "self-cleaning" semaphore split-K, as in stream-K fix-up kernels). The fp32 sum rounds
   to the output dtype once. A first version with release/acquire-ordered atomics on every element
-  measured slower than the default on the H200 (docs/gpu-runs.md); this relaxed + barrier version
+  measured slower than the default on the H200 (lab/gpu-runs.md); this relaxed + barrier version
   measured 1.03x the default's time in geomean (0.99x at M = 1, 1.09x at M = 32; 21 Qwen3-8B
   points, 2026-12-01 afternoon), so the heuristic does not pick it.
 
