@@ -42,7 +42,7 @@ One Helion kernel body holds every algorithm variant as tunables:
   still finishing; every program first runs ``griddepcontrol.wait`` (``tl.extra.cuda.gdc_wait``:
   all writes of the previous kernel are visible after it), then
   ``griddepcontrol.launch_dependents`` (a following PDL kernel may start). What it can save is the
-  launch gap between back-to-back kernels, part of the ~4 us fixed cost per GEMM (docs/tuning.md).
+  launch gap between back-to-back kernels, part of the ~4 us fixed cost per GEMM (docs/benchmarks.md).
   Not in the Triton interpreter or Helion's eager mode (there the flag does nothing). Measured on the
   H200 (2026-12-01, after a producer kernel, CUDA-graph replay): no gain (1.008x the time without
   it in geomean), so no shipped config and no heuristic uses it.
