@@ -32,7 +32,7 @@ def lint(session: nox.Session) -> None:
     hltools; hlvllm never imports hltools)."""
     session.run("ruff", "check", ".", *session.posargs)
     session.run("ruff", "format", "--check", ".")
-    session.run("python", "ci/check_layering.py")
+    session.run("python", ".ci/check_layering.py")
 
 
 @nox.session

@@ -44,21 +44,21 @@ def ref_provider():
     return RefProvider
 
 
-CI_GPU = Path(__file__).resolve().parents[3] / "ci" / "gpu"
+LAB_SCRIPTS = Path(__file__).resolve().parents[3] / "lab" / "scripts"
 
 
-def _load_ci_gpu_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, CI_GPU / f"{name}.py")
+def _load_lab_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, LAB_SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 @pytest.fixture(scope="session")
-def ci_gpu_script():
-    """``ci_gpu_script(name)`` imports ``ci/gpu/<name>.py`` (a script, not a package module) for
+def lab_script():
+    """``lab_script(name)`` imports ``lab/scripts/<name>.py`` (a script, not a package module) for
     its CPU-testable parts."""
-    return _load_ci_gpu_script
+    return _load_lab_script
 
 
 def _args_missing(namespace, *sources: str, ignore=()) -> list[str]:

@@ -1,4 +1,4 @@
-"""hltools.aux_sweep: the analysis of ci/gpu/sweep_aux_configs.py, on fake timings (no GPU)."""
+"""hltools.aux_sweep: the analysis of lab/scripts/sweep_aux_configs.py, on fake timings (no GPU)."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""ci/gpu/bench_aux_fusion.py's pure-torch "inductor" math (what Inductor compiles under vLLM's -O2)
+"""lab/scripts/bench_aux_fusion.py's pure-torch "inductor" math (what Inductor compiles under vLLM's -O2)
 against vLLM 0.26's own native implementations and hlcore's references, eager on the CPU; and its
 agreement check. The GPU benchmark itself is run by hand (docs/aux-kernels.md)."""
 
@@ -7,8 +7,8 @@ import torch
 
 
 @pytest.fixture(scope="module")
-def bench(ci_gpu_script):
-    return ci_gpu_script("bench_aux_fusion")
+def bench(lab_script):
+    return lab_script("bench_aux_fusion")
 
 
 def _x(m, h, seed=0, dtype=torch.bfloat16):

@@ -270,7 +270,7 @@ def test_report_reads_e2e_results(tmp_path):
 
 
 def test_report_reads_gzipped_results_as_committed(tmp_path):
-    """docs/benchmarks/ keeps results as .json.gz: report reads them and writes the .md/.png beside."""
+    """lab/results/ keeps results as .json.gz: report reads them and writes the .md/.png beside."""
     import gzip
 
     from hltools import e2e
@@ -410,7 +410,7 @@ def test_merge_e2e_joins_runs_of_separate_commands(tmp_path):
 
     from hltools import e2e
 
-    src = Path(__file__).resolve().parents[3] / "docs/benchmarks/2026-12-01-afternoon/1.7b-e2e"
+    src = Path(__file__).resolve().parents[3] / "lab/results/2026-12-01-afternoon/1.7b-e2e"
     whole = json.loads(gzip.decompress((src / "e2e-qwen3-1.7b-fp8_dynamic.json.gz").read_bytes()))
     parts = []
     for plugin in ("off", "on"):

@@ -15,7 +15,7 @@ from hltools.bench import BenchResult
 from hltools.cli import app
 
 REPO = Path(__file__).resolve().parents[3]
-NIGHT_TP2 = REPO / "docs" / "benchmarks" / "2026-11-30-night" / "kernels-tp2" / "kernels.json"
+NIGHT_TP2 = REPO / "lab" / "results" / "2026-11-30-night" / "kernels-tp2" / "kernels.json"
 runner = CliRunner()
 
 # fp8_dynamic, M=1, N=K=4096: A 4096 + B 16777216 + fp32 scales 4*(1+4096) + bf16 out 2*4096 bytes

@@ -1,4 +1,4 @@
-"""ci/gpu/e2e_vllm.py's command line, on the CPU: every invocation the GPU phase scripts make parses,
+"""lab/scripts/e2e_vllm.py's command line, on the CPU: every invocation the GPU phase scripts make parses,
 and every ``args.<name>`` the script reads exists on the parsed namespace (a missing option once cost a
 whole GPU compile-mode run: AttributeError before the engine started)."""
 
@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "ci" / "gpu" / "e2e_vllm.py"
-PHASES = ROOT / "ci" / "gpu" / "runs" / "2026-12-01.sh"
+SCRIPT = ROOT / "lab" / "scripts" / "e2e_vllm.py"
+PHASES = ROOT / "lab" / "runs" / "2026-12-01.sh"
 
 
 @pytest.fixture(scope="module")
-def e2e(ci_gpu_script):
-    return ci_gpu_script("e2e_vllm")
+def e2e(lab_script):
+    return lab_script("e2e_vllm")
 
 
 def _phase_modes():

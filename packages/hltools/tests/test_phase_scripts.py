@@ -1,6 +1,6 @@
-"""The next GPU session's phase script (the newest ``ci/gpu/runs/<date>.sh``; older ones are the
+"""The next GPU session's phase script (the newest ``lab/runs/<date>.sh``; older ones are the
 record of what ran then): every ``e2e`` and ``kb`` call there expands to a ``hltools bench e2e`` /
-``bench kernels`` command line (``ci/gpu/runs/phase-lib.sh``) that the CLI parses, with known
+``bench kernels`` command line (``lab/runs/phase-lib.sh``) that the CLI parses, with known
 models, formats and plugin settings, and so does every direct ``python3 -m hltools`` call. A typo
 there costs a device session."""
 
@@ -13,7 +13,7 @@ import typer.main
 
 from hltools import bench_cli, e2e, shapes
 
-RUNS = Path(__file__).resolve().parents[3] / "ci" / "gpu" / "runs"
+RUNS = Path(__file__).resolve().parents[3] / "lab" / "runs"
 FORMATS = {"fp8_dynamic", "w8a8_int8", "block_fp8"}
 SCRIPTS = [max(RUNS.glob("20*.sh"))]
 

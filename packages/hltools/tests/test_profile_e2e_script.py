@@ -1,4 +1,4 @@
-"""ci/gpu/profile_e2e.py on the CPU: ``summarize`` of small hand-written chrome traces (one plain,
+"""lab/scripts/profile_e2e.py on the CPU: ``summarize`` of small hand-written chrome traces (one plain,
 one gzipped) with known kernel events, its decode-step filter, and the command lines that the phase
 script and the module docstring document."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "ci" / "gpu" / "profile_e2e.py"
-PHASES = ROOT / "ci" / "gpu" / "runs" / "2026-12-02.sh"
+SCRIPT = ROOT / "lab" / "scripts" / "profile_e2e.py"
+PHASES = ROOT / "lab" / "runs" / "2026-12-02.sh"
 
 
 @pytest.fixture(scope="module")
-def prof(ci_gpu_script):
-    return ci_gpu_script("profile_e2e")
+def prof(lab_script):
+    return lab_script("profile_e2e")
 
 
 def X(cat, name, ts, dur, corr=None):
@@ -168,7 +168,9 @@ def _documented_invocations():
         if "profile_e2e.py" in ln and not ln.lstrip().startswith("#")
     ]
     lines += [
-        ln for ln in SCRIPT.read_text().split('"""')[1].splitlines() if "python ci/gpu/profile_e2e.py" in ln
+        ln
+        for ln in SCRIPT.read_text().split('"""')[1].splitlines()
+        if "python lab/scripts/profile_e2e.py" in ln
     ]
     out = []
     for ln in lines:
@@ -177,11 +179,11 @@ def _documented_invocations():
     return out
 
 
-def test_documented_invocations_parse(prof, ci_gpu_script, args_missing):
+def test_documented_invocations_parse(prof, lab_script, args_missing):
     calls = _documented_invocations()
     assert sum(c[0] == "run" for c in calls) >= 6 and sum(c[0] == "summarize" for c in calls) >= 4
     # what the script reads, and what e2e_vllm.engine_kwargs (which its run calls) reads
-    sources = SCRIPT.read_text(), inspect.getsource(ci_gpu_script("e2e_vllm").engine_kwargs)
+    sources = SCRIPT.read_text(), inspect.getsource(lab_script("e2e_vllm").engine_kwargs)
     for argv in calls:
         args = prof.parser().parse_args(argv)
         if args.cmd == "run":

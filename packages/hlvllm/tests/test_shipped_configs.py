@@ -17,7 +17,7 @@ from hlcore.scaled_mm_config import check_scaled_mm_config
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "configs" / "scaled_mm" / "nvidia_h200.json"
-BENCH_DIR = ROOT / "docs" / "benchmarks"
+BENCH_DIR = ROOT / "lab" / "results"
 #: Benchmarks in the order they entered the file: a later one only adds keys (--only-new).
 BENCH = [
     [BENCH_DIR / "2026-11-30-evening" / "kernels" / "kernels.json",

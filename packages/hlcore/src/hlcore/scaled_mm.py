@@ -30,7 +30,7 @@ One Helion kernel body holds every algorithm variant as tunables:
   ticket orders them (the CUTLASS split-K semaphore pattern). The workspace and counters are therefore zero again after every
   launch (a "self-cleaning" semaphore split-K, as in stream-K fix-up kernels). The fp32 sum rounds
   to the output dtype once. A first version with release/acquire-ordered atomics on every element
-  measured slower than the default on the H200 (docs/gpu-runs.md); this relaxed + barrier version
+  measured slower than the default on the H200 (lab/gpu-runs.md); this relaxed + barrier version
   measured 1.03x the default's time in geomean (0.99x at M = 1, 1.09x at M = 32; 21 Qwen3-8B
   points, 2026-12-01 afternoon), so the heuristic does not pick it.
 
@@ -42,7 +42,7 @@ One Helion kernel body holds every algorithm variant as tunables:
   still finishing; every program first runs ``griddepcontrol.wait`` (``tl.extra.cuda.gdc_wait``:
   all writes of the previous kernel are visible after it), then
   ``griddepcontrol.launch_dependents`` (a following PDL kernel may start). What it can save is the
-  launch gap between back-to-back kernels, part of the ~4 us fixed cost per GEMM (docs/tuning.md).
+  launch gap between back-to-back kernels, part of the ~4 us fixed cost per GEMM (docs/benchmarks.md).
   Not in the Triton interpreter or Helion's eager mode (there the flag does nothing). Measured on the
   H200 (2026-12-01, after a producer kernel, CUDA-graph replay): no gain (1.008x the time without
   it in geomean), so no shipped config and no heuristic uses it.

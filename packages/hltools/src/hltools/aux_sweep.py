@@ -1,4 +1,4 @@
-"""Analysis of the aux-kernel config sweep (``ci/gpu/sweep_aux_configs.py``, issue 5): how far each
+"""Analysis of the aux-kernel config sweep (``lab/scripts/sweep_aux_configs.py``, issue 5): how far each
 generic config the pick rule chooses (:mod:`hlcore.aux_configs`) is from the best timed config per
 shape, and a re-derived config set and rule. Pure Python (no torch, no GPU): the GPU script times,
 this module judges, the tests feed it fake timings.

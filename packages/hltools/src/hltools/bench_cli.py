@@ -569,7 +569,7 @@ def _plot_e2e(console: Console, summary: dict, path: Path, meta: dict) -> None:
 # report
 # --------------------------------------------------------------------------------------------
 def _read_json(path: Path) -> dict:
-    """A result file, plain or gzipped (``.json.gz``, as committed under docs/benchmarks/)."""
+    """A result file, plain or gzipped (``.json.gz``, as committed under lab/results/)."""
     import gzip
     import json
 
@@ -596,7 +596,7 @@ def report(
 ) -> None:
     """Print the tables and geomeans of saved results and redraw their markdown and PNGs (for results
     measured where matplotlib is not installed). Reads ``kernels.json`` and ``e2e-*.json``, or their
-    gzipped ``.json.gz`` (as committed under docs/benchmarks/). Exits 1 when the directory holds no
+    gzipped ``.json.gz`` (as committed under lab/results/). Exits 1 when the directory holds no
     results."""
 
     from hltools import bench, bench_gap
@@ -714,7 +714,7 @@ def gap(
     read_floor: Annotated[
         Path | None,
         typer.Option(
-            help="`stream_floor.json` of `ci/gpu/stream_floor.py`: per (N, K), the best measured time of its "
+            help="`stream_floor.json` of `lab/scripts/stream_floor.py`: per (N, K), the best measured time of its "
             "Triton kernels that only read the weight (a measured floor, not a hardware bound; measure it on "
             "the same GPU model). Adds a table per format: points where vLLM µs / target < read µs, the "
             "geomean vLLM / read and Helion / read, and the Helion / read the target needs. Shapes not in the "
@@ -790,7 +790,7 @@ def aux_configs(
     sweep: Annotated[
         Path,
         typer.Argument(
-            help="`sweep_aux_configs.json` (or `.json.gz`) written by `ci/gpu/sweep_aux_configs.py` on a GPU."
+            help="`sweep_aux_configs.json` (or `.json.gz`) written by `lab/scripts/sweep_aux_configs.py` on a GPU."
         ),
     ],
     tolerance: Annotated[
@@ -802,7 +802,7 @@ def aux_configs(
 ) -> None:
     """How far the aux kernels' generic configs are from the best per shape (`hltools.aux_sweep`): from a
     saved sweep that timed every config of each kernel's set and vLLM's op over hidden sizes x num_tokens
-    (measured on a GPU with `ci/gpu/sweep_aux_configs.py`), re-derive per kernel the smallest set within
+    (measured on a GPU with `lab/scripts/sweep_aux_configs.py`), re-derive per kernel the smallest set within
     --tolerance of the per-shape best and its rule (num_tokens, hidden) -> config, the picked config's
     slowdown against the best (geomean, max and where) and the speedups over vLLM's op. Needs no GPU.
     Exits 1 when the file cannot be read or holds no timings."""

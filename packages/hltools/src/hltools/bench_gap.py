@@ -21,7 +21,7 @@ own row), the best geomean the copy bandwidth allows (``t_vllm / t_floor`` per k
 copy bandwidth of Helion and vLLM for weights of at least :data:`BIG_WEIGHT_BYTES` and the verdict
 counts. :func:`fit_linear` fits ``t = bytes / BW_eff + c`` by least squares.
 
-With a weight-read floor (``ci/gpu/stream_floor.py``'s ``stream_floor.json``: per (N, K) the time of
+With a weight-read floor (``lab/scripts/stream_floor.py``'s ``stream_floor.json``: per (N, K) the time of
 the fastest of its kernels that only read the [N, K] weight once, timed like the benchmarks),
 :func:`read_floor_summary` tells per format how many points miss the target even at that time
 (``t_need < t_read``: a GEMM that streams its weight no faster than these read kernels cannot meet
@@ -424,7 +424,7 @@ def fit_table(fits: Sequence[FormatFit]) -> list[dict[str, str]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Weight-read floor (ci/gpu/stream_floor.py)
+# Weight-read floor (lab/scripts/stream_floor.py)
 # --------------------------------------------------------------------------------------------
 def load_read_floor(path: Path) -> tuple[dict[str, Any], dict[tuple[int, int], float]]:
     """``(metadata, {(N, K): µs})`` of a ``stream_floor.json``: ``read`` rows with ``n``, ``k`` and

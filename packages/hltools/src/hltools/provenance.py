@@ -21,7 +21,7 @@ def versions() -> dict[str, str]:
 
 def git_commit() -> str | None:
     """HEAD of the checkout this package runs from; for an installed wheel (no checkout) the
-    ``HL_COMMIT`` environment variable (``ci/gpu/setup.sh`` sets it from ``dist/COMMIT``, written
+    ``HL_COMMIT`` environment variable (``lab/scripts/setup.sh`` sets it from ``dist/COMMIT``, written
     when the wheels are built); None when neither says."""
     import os
 

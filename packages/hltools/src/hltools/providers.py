@@ -2,7 +2,7 @@
 
 The one place that says which of vLLM's kernels Helion is compared with: ``hltools validate``
 (cross-check and speed), ``hltools bench kernels`` (the ``vllm`` and ``torch`` providers),
-``hltools autotune`` (the kernel a tuned config must beat), ``ci/gpu/sweep_scaled_mm.py`` and the
+``hltools autotune`` (the kernel a tuned config must beat), ``lab/scripts/sweep_scaled_mm.py`` and the
 GPU tests all take their providers from here.
 
 Every provider computes ``out[M, N] = (A * scale_a) @ (B * scale_b)`` in ``out_dtype`` (bf16 or fp16)

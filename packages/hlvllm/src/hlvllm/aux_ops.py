@@ -69,7 +69,7 @@ def _tokens(x: torch.Tensor) -> int:
 
 def helion_faster(op: str, num_tokens: int, hidden: int) -> bool:
     """Whether the generic Helion config beat vLLM's CUDA op at this size on the H200
-    (``ci/gpu/bench_aux.py``, CUDA-graph replay, docs/gpu-runs.md 2026-11-30); elsewhere vLLM's op
+    (``lab/scripts/bench_aux.py``, CUDA-graph replay, lab/gpu-runs.md 2026-11-30); elsewhere vLLM's op
     runs even under capture.
 
     * ``per_token_int8_quant``: only hidden <= 2048 (1.03-1.06x); 0.77-0.92x at 2560..8192.

@@ -1,4 +1,4 @@
-# Sourced by the ci/gpu/runs/<date>.sh phase scripts after they set ``phase``: sets RES (default
+# Sourced by the lab/runs/<date>.sh phase scripts after they set ``phase``: sets RES (default
 # /tmp/gpu-runs), O=$RES/$phase, START, LIMIT (default 540 s) and defines
 #   phase_begin     mkdir $O, GPU list in $O/gpus.csv, NCCL/NVSHMEM multicast off
 #   phase_end       lanes summary and e2e tables printed; $RES/$phase packed into $OUT/$phase.tgz

@@ -7,11 +7,11 @@ Kernel A spins SPIN_US µs in every program; with GDC it first executes
 about one spin (B runs while A does); if not, two. Each kernel has PROGRAMS = 66 programs, so A and B
 together fit the H200's 132 SMs and can run side by side.
 
-The run recorded in docs/gpu-runs.md (2026-12-01 late) also timed the PDL split-K fill of commit
+The run recorded in lab/gpu-runs.md (2026-12-01 late) also timed the PDL split-K fill of commit
 ``4b5b3d0`` (``hlcore.split_k_fill`` + B with a 0 µs spin, against ``zero_()`` + B); that module was
 reverted (no gain), so this version times the spin pairs only.
 
-  PYTHONPATH=packages/hltools/src python3 ci/gpu/pdl_overlap.py
+  PYTHONPATH=packages/hltools/src python3 lab/scripts/pdl_overlap.py
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@
 #      configs runs vLLM's kernel by default).
 #   F  issue 4: the floor of a decode GEMM on the H200: a kernel that only reads the weight once
 #      (best of 96 tilings) at the 25 benchmarked (N, K), and an empty kernel / the split-K fill per
-#      graph node, timed like the kernel benchmarks (ci/gpu/stream_floor.py).
+#      graph node, timed like the kernel benchmarks (lab/scripts/stream_floor.py).
 #   X  issue 4: the atomic split-K's output fill as a kernel that lets the GEMM start at once (PDL,
 #      hlcore.split_k_fill): its GPU tests, then Qwen3-8B's shapes x M 1, 8, 32 x 3 formats, shipped
 #      config with and without pdl, heuristic default with and without, next to vLLM's kernel.
-#      (ran on 4b5b3d0: no gain, reverted; docs/gpu-runs.md)
+#      (ran on 4b5b3d0: no gain, reverted; lab/gpu-runs.md)
 #   Y  issue 4: GEMM tilings that mirror the best weight-read kernels of F (16 rows of N per program,
 #      256/512-byte K steps, 8 warps, split-K 2-8) against the shipped config and vLLM's kernel,
 #      Qwen3-8B's shapes x M 1, 8, 32 x 3 formats; then the GPU tests of hltools.
@@ -19,7 +19,7 @@
 #   P  why is the plugin's time to first token longer (FP8_Dynamic +4 / +27 ms at concurrency 1 / 8;
 #      Block_FP8 24.7 -> 59.1 ms at 1 on 2026-12-01 evening)? Torch-profiler traces of one 1024-token
 #      prefill and a few decode steps of 8-layer Qwen3-8B FP8 engines, off and on (GEMMs only), and
-#      the side-by-side kernel table (ci/gpu/profile_e2e.py).
+#      the side-by-side kernel table (lab/scripts/profile_e2e.py).
 #   PB the same question for Block_FP8, where the gap is largest: 8-layer engines with
 #      `--quant block-fp8`, one 128-token prompt per prefill window (TTFT +34 ms at concurrency 1 at
 #      full depth), VLLM_DEEP_GEMM_WARMUP=skip with one DeepGEMM JIT cache for both (the profiled
@@ -37,8 +37,8 @@
 #   A2 issue 4: does a longer quick search beat the heuristic default? `hltools autotune --effort
 #      quick` of Qwen3-1.7B's four fp8 shapes at M = 8 with the phase's time (the evening run gave each
 #      key 17-44 s of search and none beat the default).
-# Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-04.sh T|F|X|Y|GV|G|P|PB|L2|B1|B2|K2|A2
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-04.sh T|F|X|Y|GV|G|P|PB|L2|B1|B2|K2|A2
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -51,7 +51,7 @@ G)
     tail -15 "$O/gpu-tests.log"
     ;;
 F)
-    OUT=$O FLOOR_BUDGET_S=$(($(left) - 40)) run stream-floor python3 ci/gpu/stream_floor.py
+    OUT=$O FLOOR_BUDGET_S=$(($(left) - 40)) run stream-floor python3 lab/scripts/stream_floor.py
     tail -32 "$O/stream-floor.log"
     ;;
 X)  # the split-K fill as a PDL primary (hlcore.split_k_fill): GPU tests, then shipped configs with and without pdl
@@ -60,14 +60,14 @@ X)  # the split-K fill as a PDL primary (hlcore.split_k_fill): GPU tests, then s
     tail -5 "$O/gpu-tests-pdl.log"
     OUT=$O SWEEP_BUDGET_S=$(($(left) - 60)) SWEEP_ONLY=none SWEEP_VARIANTS=default,default_pdl,default_ws,picked,picked_pdl \
         SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
-        SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 run sweep-pdl python3 ci/gpu/sweep_scaled_mm.py
+        SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 run sweep-pdl python3 lab/scripts/sweep_scaled_mm.py
     tail -45 "$O/sweep-pdl.log"
     ;;
 Y)
     OUT=$O SWEEP_BUDGET_S=$(($(left) - 150)) SWEEP_ONLY=none SWEEP_VARIANTS=picked \
         SWEEP_CONFIGS='{"r_n16_k256_s2_w8_st3":{"block_sizes":[16,16,256],"split_k":2,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k256_s2_w8_st4":{"block_sizes":[16,16,256],"split_k":2,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k256_s4_w8_st3":{"block_sizes":[16,16,256],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k256_s4_w8_st4":{"block_sizes":[16,16,256],"split_k":4,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k256_s8_w8_st3":{"block_sizes":[16,16,256],"split_k":8,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k256_s8_w8_st4":{"block_sizes":[16,16,256],"split_k":8,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s2_w8_st3":{"block_sizes":[16,16,512],"split_k":2,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k512_s2_w8_st4":{"block_sizes":[16,16,512],"split_k":2,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s4_w8_st3":{"block_sizes":[16,16,512],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k512_s4_w8_st4":{"block_sizes":[16,16,512],"split_k":4,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s8_w8_st3":{"block_sizes":[16,16,512],"split_k":8,"swap_ab":false,"num_stages":3,"num_warps":8},"r_n16_k512_s8_w8_st4":{"block_sizes":[16,16,512],"split_k":8,"swap_ab":false,"num_stages":4,"num_warps":8},"r_n16_k512_s4_w4_st3":{"block_sizes":[16,16,512],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":4},"r_n32_k256_s4_w8_st3":{"block_sizes":[16,32,256],"split_k":4,"swap_ab":false,"num_stages":3,"num_warps":8}}' \
         SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
-        SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 run sweep-read-tiles python3 ci/gpu/sweep_scaled_mm.py
+        SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 run sweep-read-tiles python3 lab/scripts/sweep_scaled_mm.py
     tail -45 "$O/sweep-read-tiles.log"
     HL_TEST_GPU=1 run gpu-tests-tools python3 -m pytest -m gpu -p no:cacheprovider -q -rfE packages/hltools/tests/gpu
     tail -8 "$O/gpu-tests-tools.log"
@@ -78,18 +78,18 @@ GV)
     tail -15 "$O/gpu-tests-vllm.log"
     ;;
 P)
-    run prof-off 200 python3 ci/gpu/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
-    run prof-on 200 python3 ci/gpu/profile_e2e.py run --plugin on --layers 8 --out "$O/on"
-    python3 ci/gpu/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    run prof-off 200 python3 lab/scripts/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
+    run prof-on 200 python3 lab/scripts/profile_e2e.py run --plugin on --layers 8 --out "$O/on"
+    python3 lab/scripts/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
     cat "$O/off-vs-on.txt"
     ;;
 PB)
     export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
     for s in off on; do
-        run prof-block-$s 240 python3 ci/gpu/profile_e2e.py run --plugin $s --quant block-fp8 --layers 8 \
+        run prof-block-$s 240 python3 lab/scripts/profile_e2e.py run --plugin $s --quant block-fp8 --layers 8 \
             --prefill-prompts 1 --out "$O/$s"
     done
-    python3 ci/gpu/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    python3 lab/scripts/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
     cat "$O/off-vs-on.txt"
     ;;
 L2) e2e e2e-1.7b-fp8 qwen3-1.7b fp8_dynamic 2 --concurrency 1,8,32 --plugins off,on --timeout 260 ;;

@@ -7,7 +7,7 @@ CUDA-graph replay rotating over weight copies > 4x L2, next to vLLM's default ke
 Compilation runs first in SWEEP_JOBS parallel worker processes (they fill Triton's on-disk cache),
 so the timing pass only loads binaries. Writes $OUT/sweep.json, prints a table (best per key) last.
 
-  SWEEP_FORMATS=fp8_dynamic SWEEP_SHAPES=6144x4096,4096x4096 SWEEP_MS=1,8,32 python ci/gpu/sweep_scaled_mm.py
+  SWEEP_FORMATS=fp8_dynamic SWEEP_SHAPES=6144x4096,4096x4096 SWEEP_MS=1,8,32 python lab/scripts/sweep_scaled_mm.py
 """
 
 from __future__ import annotations

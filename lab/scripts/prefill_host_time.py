@@ -18,7 +18,7 @@ are host-bound at prefill sizes up to ~1024; the GPU time per call is printed be
 with CUDA events, so a host figure that is really GPU time shows). Median of 5 such loops. Prints
 a table and writes ``$OUT/prefill_host_time.json``.
 
-Usage (GPU machine, vLLM bundle env + the project's wheels): ``python3 ci/gpu/prefill_host_time.py``
+Usage (GPU machine, vLLM bundle env + the project's wheels): ``python3 lab/scripts/prefill_host_time.py``
 """
 
 from __future__ import annotations

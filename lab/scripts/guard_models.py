@@ -13,7 +13,7 @@ reports, per point, the dispatched kernel (the decision) against vLLM's kernel, 
 the picked config everywhere (no guard) would have given; time-weighted per decode step (each shape
 once per decoder layer).
 
-Usage (GPU machine): ``python3 ci/gpu/guard_models.py decide`` then ``... verify``; both write
+Usage (GPU machine): ``python3 lab/scripts/guard_models.py decide`` then ``... verify``; both write
 ``$OUT/guard_models.json`` (verify adds its columns) and print a table. Block_FP8 is not covered
 here (vLLM's block kernel on the H200 is DeepGEMM, whose JIT compile takes minutes).
 """

@@ -3,9 +3,9 @@
 ``--quant fp8-dynamic`` (default), ``int8`` (compressed-tensors W8A8) or ``block-fp8`` (vLLM's fp8
 method with 128x128 weight blocks; add VLLM_USE_DEEP_GEMM=0 to skip DeepGEMM's JIT).
 
-  python ci/gpu/e2e_vllm.py run --plugin on  --out on.json    # HL_LINEAR_BACKEND=helion
-  python ci/gpu/e2e_vllm.py run --plugin off --out off.json   # VLLM_PLUGINS= (no plugin)
-  python ci/gpu/e2e_vllm.py compare on.json off.json
+  python lab/scripts/e2e_vllm.py run --plugin on  --out on.json    # HL_LINEAR_BACKEND=helion
+  python lab/scripts/e2e_vllm.py run --plugin off --out off.json   # VLLM_PLUGINS= (no plugin)
+  python lab/scripts/e2e_vllm.py compare on.json off.json
 
 A Qwen3 model with Qwen3-8B's dimensions (fewer layers) as compressed-tensors FP8_DYNAMIC,
 built from a config.json with load_format="dummy". vLLM 0.26 fills dummy fp8 weights with values

@@ -14,12 +14,12 @@
 #   K   (two-GPU kind) issue 4: kernel benchmarks of the shipped-model shapes with no key yet:
 #       GPU 0 Qwen3-32B TP=1 in all three formats; GPU 1 Block_FP8 of Qwen3-4B, Qwen3-14B and
 #       Llama-3.1-8B (then `hltools configs from-bench --only-new` folds them into the shipped file),
-#       then ci/gpu/bench_aux_fusion.py (issue 5 / e2e question: our aux pairs vs Inductor's fusion).
+#       then lab/scripts/bench_aux_fusion.py (issue 5 / e2e question: our aux pairs vs Inductor's fusion).
 #   G1, E1, E1B  (G1R: G1's rest) the same work on the one-GPU kind, one lane each (G1 = tests + compile modes,
 #       E1 = 8B fp8, E1B = warm start-up + 1.7B fp8).
 # Each phase writes under $RES/<phase> (outside $OUT: only a few files come back per call) and
 # packs it into $OUT/<phase>.tgz at the end. Usage there (after the bundle's env.sh and
-# ci/gpu/setup.sh):  LIMIT=s bash ci/gpu/runs/2026-12-01.sh T|G|K|E2|G1|E1|E1B
+# lab/scripts/setup.sh):  LIMIT=s bash lab/runs/2026-12-01.sh T|G|K|E2|G1|E1|E1B
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -36,7 +36,7 @@ compile_modes() { # issue 7: 4-layer Qwen3-8B-dims engines, four at a time on th
         plugin=$name; [ "$name" = fused ] && plugin=on && extra=(--aux-fusion) # HL_AUX_FUSION=1
         local c=$O/modes/cache-$name-$mode # own cold caches: no two engines share a compile cache
         run "mode-$name-$mode" 240 env VLLM_CACHE_ROOT="$c/vllm" TORCHINDUCTOR_CACHE_DIR="$c/inductor" \
-            TRITON_CACHE_DIR="$c/triton" python3 ci/gpu/e2e_vllm.py run --plugin "$plugin" --compile "$mode" \
+            TRITON_CACHE_DIR="$c/triton" python3 lab/scripts/e2e_vllm.py run --plugin "$plugin" --compile "$mode" \
             "${extra[@]}" --layers 4 --kv-cache-gib 2 --gpu-memory-utilization 0.2 \
             --out "$O/modes/$name-$mode.json" &
         pids+=($!)
@@ -46,7 +46,7 @@ compile_modes() { # issue 7: 4-layer Qwen3-8B-dims engines, four at a time on th
     for m in on-O2 fused-O2 on-piecewise on-full-decode on-custom-ops-all on-custom-ops-none on-O0 on-eager; do
         [ -f "$O/modes/$m.json" ] || { echo "mode $m: no result" >>"$O/modes.txt"; continue; }
         # the control (plugin off, vLLM's CUDA custom ops) is the noise floor of the logprob check
-        python3 ci/gpu/e2e_vllm.py compare "$O/modes/$m.json" "$O/modes/off-O2.json" \
+        python3 lab/scripts/e2e_vllm.py compare "$O/modes/$m.json" "$O/modes/off-O2.json" \
             --control "$O/modes/off-custom-ops-all.json" >>"$O/modes.txt" 2>&1
         echo "mode $m: compare rc=$?" >>"$O/modes.txt"
     done
@@ -82,7 +82,7 @@ K)
     ( # GPU 1: the block shapes, then the aux pairs: Helion (2 launches / fused) vs Inductor vs vLLM
         export CUDA_VISIBLE_DEVICES=1
         kb kernels-block qwen3-4b,qwen3-14b,llama-3.1-8b block_fp8
-        run aux-fusion 200 env OUT="$O" python3 ci/gpu/bench_aux_fusion.py --budget-s 150
+        run aux-fusion 200 env OUT="$O" python3 lab/scripts/bench_aux_fusion.py --budget-s 150
     ) &
     wait
     ;;
@@ -100,9 +100,9 @@ G1R) # after G1 of 2026-12-01 04:12 (engines failed on a missing option, tests h
 C) # controls for G1R and E1: a plugin-off engine with vLLM's CUDA custom ops (the aux-op noise floor
     # of the compile-mode compare), then the aux pairs at Qwen3-8B sizes (why fused was slow in E1)
     mkdir -p "$O/modes"
-    run mode-off-custom-ops-all 150 python3 ci/gpu/e2e_vllm.py run --plugin off --compile custom-ops-all \
+    run mode-off-custom-ops-all 150 python3 lab/scripts/e2e_vllm.py run --plugin off --compile custom-ops-all \
         --layers 4 --kv-cache-gib 2 --gpu-memory-utilization 0.2 --out "$O/modes/off-custom-ops-all.json"
-    run aux-fusion 150 env OUT="$O" python3 ci/gpu/bench_aux_fusion.py --quick --budget-s 110
+    run aux-fusion 150 env OUT="$O" python3 lab/scripts/bench_aux_fusion.py --quick --budget-s 110
     ;;
 E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --plugins off,on,gemm,fused --concurrency 1,8,32 ;;
 E1B)

@@ -2,7 +2,7 @@
 # The GPU runs of the 2026-11-30 evening session on one H200, in phases of < 600 s (one device call
 # each). Correctness runs (tests; engines whose outputs are compared, not timed) share the GPU in
 # phase B; every timing (C, D) runs alone. TP2 needs the two-GPU kind.
-# Usage there (after the bundle's env.sh and ci/gpu/setup.sh): LIMIT=s bash ci/gpu/runs/2026-11-30-evening.sh B|C|D|TP2
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh): LIMIT=s bash lab/runs/2026-11-30-evening.sh B|C|D|TP2
 set -u
 phase=$1
 OUT=${OUT:-$PWD/out}
@@ -23,7 +23,7 @@ MODEL8B=qwen3-8b
 eng() { # eng NAME ARGS...: one in-process engine (not timed) with its own compile caches
     local name=$1; shift
     run "eng-$name" env VLLM_USE_DEEP_GEMM=0 VLLM_CACHE_ROOT=/tmp/vc/$name TORCHINDUCTOR_CACHE_DIR=/tmp/ic/$name \
-        python3 ci/gpu/e2e_vllm.py run --gpu-memory-utilization 0.17 --kv-cache-gib 4 --out "$OUT/eng-$name.json" "$@"
+        python3 lab/scripts/e2e_vllm.py run --gpu-memory-utilization 0.17 --kv-cache-gib 4 --out "$OUT/eng-$name.json" "$@"
 }
 case $phase in
 B) # correctness only (nothing timed for a claim): GPU tests next to two waves of four engines
@@ -46,7 +46,7 @@ B) # correctness only (nothing timed for a claim): GPU tests next to two waves o
         wait
         for p in int8-on:int8-off int8-on-noaux:int8-off block-on:block-off block-on-noaux:block-off \
             block-ctl:block-off block-off2:block-off; do
-            python3 ci/gpu/e2e_vllm.py compare "$OUT/eng-${p%%:*}.json" "$OUT/eng-${p##*:}.json" \
+            python3 lab/scripts/e2e_vllm.py compare "$OUT/eng-${p%%:*}.json" "$OUT/eng-${p##*:}.json" \
                 >"$OUT/cmp-${p%%:*}-vs-${p##*:}.txt" 2>&1
             echo "compare $p rc=$?" | tee -a "$OUT/lanes.txt"
         done
@@ -56,7 +56,7 @@ B) # correctness only (nothing timed for a claim): GPU tests next to two waves o
 C) # timings, one at a time: design sweep, then kernel benchmarks (block last: DeepGEMM JIT)
     run sweep env SWEEP_MS=1,8,32 SWEEP_JOBS=14 SWEEP_BUDGET_S=150 OUT="$OUT" \
         SWEEP_ONLY=s1_n64_k128_sw,s1_n32_k256_tma,s1_n64_k256_sw_tma,s4_n64_k128_sw_tma,s4_n128_k128_sw_tma,s2_n32_k256_tma,s4_n64_k128_sw_ws,s8_n64_k128_sw_ws,s16_n64_k128_sw_ws \
-        python3 ci/gpu/sweep_scaled_mm.py
+        python3 lab/scripts/sweep_scaled_mm.py
     run kernels python3 -m hltools bench kernels --model $MODEL8B,qwen3-1.7b --formats fp8_dynamic,w8a8_int8 \
         --no-plots --jobs 14 --output "$OUT/kernels"
     run kernels-block python3 -m hltools bench kernels --model $MODEL8B,qwen3-1.7b --formats block_fp8 \
@@ -67,7 +67,7 @@ D) # timings: engines with and without the plugin, then the aux config sweep
         --output "$OUT/e2e-8b" --timeout 200
     run e2e-1.7b-fp8 python3 -m hltools bench e2e --model qwen3-1.7b --format fp8_dynamic --layers 8 --rounds 1 \
         --output "$OUT/e2e-1.7b" --timeout 170
-    run aux-sweep python3 ci/gpu/sweep_aux_configs.py --budget-s $(($(left) - 70))
+    run aux-sweep python3 lab/scripts/sweep_aux_configs.py --budget-s $(($(left) - 70))
     ;;
 TP2) # the two-GPU kind
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

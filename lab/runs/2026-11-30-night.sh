@@ -9,8 +9,8 @@
 #   E1 the same on the one-GPU kind: Qwen3-8B FP8_Dynamic only.
 # (2026-11-30 night: phase TP first derived TP=2 configs from phase A's benchmark; dropped, the
 # benchmark rows did not record their configs then. Engine timeouts were 120-150 s then: too short.)
-# Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s bash ci/gpu/runs/2026-11-30-night.sh A|TP|TPB|E|E1
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s bash lab/runs/2026-11-30-night.sh A|TP|TPB|E|E1
 set -u
 phase=$1
 RES=${RES:-/tmp/night}
@@ -27,7 +27,7 @@ A)
         export CUDA_VISIBLE_DEVICES=1
         run gpu-tests 330 python3 -m nox -s gpu_tests -- packages/hlvllm/tests/gpu \
             packages/hltools/tests/gpu/test_autotune_gpu.py packages/hlcore/tests/gpu -v -rfE
-        run aux-sweep env OUT="$O" python3 ci/gpu/sweep_aux_configs.py --jobs 6 --grace-s 30 \
+        run aux-sweep env OUT="$O" python3 lab/scripts/sweep_aux_configs.py --jobs 6 --grace-s 30 \
             --budget-s $(($(left) - 50))
     ) &
     ( # GPU 0: timings

@@ -22,8 +22,8 @@
 #      `hltools configs from-bench <dir>/kernels.json --config-dir configs --only-new --output configs`.
 #   A  issue 4: `hltools autotune --effort quick` of Qwen3-1.7B's four fp8 shapes at M = 8: seconds
 #      per key, tuned vs shipped vs CUTLASS ($O/configs).
-# Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-03.sh T|G|C|B1|B2|L2|K|A
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-03.sh T|G|C|B1|B2|L2|K|A
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"

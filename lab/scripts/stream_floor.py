@@ -16,7 +16,7 @@ over weight copies > 4x L2; tilings compared at 20 replays, the best re-timed at
 
 Weights are random bytes (never zeros). Writes $OUT/stream_floor.json; the table is printed last.
 
-  FLOOR_SHAPES=4096x4096,6144x4096 python ci/gpu/stream_floor.py
+  FLOOR_SHAPES=4096x4096,6144x4096 python lab/scripts/stream_floor.py
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@
 #      (DG_JIT_CACHE_DIR; vLLM's default is per VLLM_CACHE_ROOT, i.e. per engine here): `off` runs
 #      first and pays DeepGEMM's JIT, so this phase's start-up delta favours the plugin; not reported.
 #   S  issue 4: does programmatic dependent launch (the scaled_mm `pdl` tunable) cut the ~4 us fixed
-#      cost per GEMM? ci/gpu/sweep_scaled_mm.py on Qwen3-8B's four shapes x 3 formats at M 1, 8, 32:
+#      cost per GEMM? lab/scripts/sweep_scaled_mm.py on Qwen3-8B's four shapes x 3 formats at M 1, 8, 32:
 #      the shipped (picked) config and the heuristic default, each without and with `pdl`, vLLM's
 #      kernel beside them; every call preceded by a small producer kernel that rewrites A
 #      (SWEEP_PRODUCER=1), as the quant kernel does in a decode step. $O/sweep.json.
@@ -29,11 +29,11 @@
 #      four fp8 shapes at M = 8 in the phase's time (per key: Helion's search, then the check against
 #      the reference and the timing against the default config and CUTLASS); the tuned file is in
 #      $O/configs (carry it back to resume). Seconds per key: the run's summary.
-#   P  torch-profiler traces (ci/gpu/profile_e2e.py, 8-layer Qwen3-8B FP8 engines): a 1024-token
+#   P  torch-profiler traces (lab/scripts/profile_e2e.py, 8-layer Qwen3-8B FP8 engines): a 1024-token
 #      prefill and 16 decode steps at 1 sequence, plugin off / on (GEMM-only) / on + HL_AUX_FUSION=1;
 #      kernel tables in $O/off-vs-on.txt (prefill cost) and $O/on-vs-fused.txt (fused decode).
-# Usage there (after the bundle's env.sh and ci/gpu/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash ci/gpu/runs/2026-12-02.sh T|W|E|F|K|P|R|L|B|S|A
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-02.sh T|W|E|F|K|P|R|L|B|S|A
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -50,7 +50,7 @@ B) VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR="$O/deep_gemm" e2e e2e-8b-block q
 S)
     SWEEP_PRODUCER=1 SWEEP_ONLY=none SWEEP_FORMATS=fp8_dynamic,w8a8_int8,block_fp8 SWEEP_MS=1,8,32 \
         SWEEP_SHAPES=6144x4096,4096x4096,24576x4096,4096x12288 SWEEP_BUDGET_S=$(($(left) - 90)) OUT="$O" \
-        run sweep-pdl python3 ci/gpu/sweep_scaled_mm.py
+        run sweep-pdl python3 lab/scripts/sweep_scaled_mm.py
     tail -40 "$O/sweep-pdl.log"
     ;;
 A) run autotune-1.7b python3 -m hltools autotune --model qwen3-1.7b --formats fp8_dynamic --num-tokens 8 \
@@ -67,11 +67,11 @@ K)
     kb kernels-block qwen3-4b,qwen3-14b,llama-3.1-8b block_fp8
     ;;
 P)
-    run prof-off 170 python3 ci/gpu/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
-    run prof-on 170 python3 ci/gpu/profile_e2e.py run --plugin on --layers 8 --out "$O/on"
-    run prof-fused 170 python3 ci/gpu/profile_e2e.py run --plugin on --aux-fusion --layers 8 --out "$O/fused"
-    python3 ci/gpu/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
-    python3 ci/gpu/profile_e2e.py summarize "$O/on" "$O/fused" --json "$O/on-vs-fused.json" >"$O/on-vs-fused.txt" 2>&1
+    run prof-off 170 python3 lab/scripts/profile_e2e.py run --plugin off --layers 8 --out "$O/off"
+    run prof-on 170 python3 lab/scripts/profile_e2e.py run --plugin on --layers 8 --out "$O/on"
+    run prof-fused 170 python3 lab/scripts/profile_e2e.py run --plugin on --aux-fusion --layers 8 --out "$O/fused"
+    python3 lab/scripts/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    python3 lab/scripts/profile_e2e.py summarize "$O/on" "$O/fused" --json "$O/on-vs-fused.json" >"$O/on-vs-fused.txt" 2>&1
     cat "$O/off-vs-on.txt" "$O/on-vs-fused.txt"
     ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;

@@ -22,8 +22,8 @@ is listed as skipped); the main process stops waiting ``--grace-s`` later. ``$OU
 (or ``./``) is rewritten after every finished job (a hard time limit still leaves results): GPU,
 versions, every timing, the analysis. A short table is printed last.
 
-Usage (GPU machine, vLLM bundle env + the project's wheels, see ci/gpu/README.md):
-    python3 ci/gpu/sweep_aux_configs.py [--quick] [--dist] [--kernels a,b] [--hidden 4096,8192]
+Usage (GPU machine, vLLM bundle env + the project's wheels, see lab/README.md):
+    python3 lab/scripts/sweep_aux_configs.py [--quick] [--dist] [--kernels a,b] [--hidden 4096,8192]
         [--tokens 1,16,8192] [--budget-s 200] [--jobs 12] [--tolerance 0.05] [--dry-run] [--cpu-smoke]
 ``--dist``: a one-rank torch.distributed group in every worker first (as in vLLM's workers, see
 bench_aux.py). ``--dry-run``: print the plan and exit (no torch, no GPU). ``--cpu-smoke``: the whole
@@ -43,7 +43,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_aux as ba  # noqa: E402  (ci/gpu is not a package)
+import bench_aux as ba  # noqa: E402  (lab/scripts is not a package)
 
 TOKENS = [1, 4, 16, 32, 128, 1024, 8192]
 HIDDEN = list(ba.DECODE_HIDDEN)  # model zoo hidden sizes

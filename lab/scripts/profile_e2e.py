@@ -1,14 +1,14 @@
 """Torch-profiler traces of one prefill and a few decode steps in a real vLLM 0.26 engine (one GPU).
 
-Two questions (docs/gpu-runs.md, "Next GPU session"): which kernels and host gaps make the
+Two questions (lab/gpu-runs.md, "Next GPU session"): which kernels and host gaps make the
 GEMM-only plugin's 1024-token prefill slower (TTFT 50 -> ~77 ms at 8 prompts x 128 tokens), and
 which kernels a decode step of the HL_AUX_FUSION=1 engine runs (40 % slower at 1 sequence).
 
-  python ci/gpu/profile_e2e.py run --plugin off --layers 8 --out off      # VLLM_PLUGINS=
-  python ci/gpu/profile_e2e.py run --plugin on  --layers 8 --out on       # HL_LINEAR_BACKEND=helion
-  python ci/gpu/profile_e2e.py run --plugin on  --aux-fusion --layers 8 --out fused
-  python ci/gpu/profile_e2e.py summarize off on         # top-25 kernels side by side, on - off
-  python ci/gpu/profile_e2e.py summarize on fused --json on-vs-fused.json
+  python lab/scripts/profile_e2e.py run --plugin off --layers 8 --out off      # VLLM_PLUGINS=
+  python lab/scripts/profile_e2e.py run --plugin on  --layers 8 --out on       # HL_LINEAR_BACKEND=helion
+  python lab/scripts/profile_e2e.py run --plugin on  --aux-fusion --layers 8 --out fused
+  python lab/scripts/profile_e2e.py summarize off on         # top-25 kernels side by side, on - off
+  python lab/scripts/profile_e2e.py summarize on fused --json on-vs-fused.json
 
 ``run`` builds the same dummy-weight Qwen3-8B-dims FP8_DYNAMIC engine as ``e2e_vllm.py`` (its
 ``model_dir`` and env set-up; weights filled by ``hltools.e2e.fill_weights``), warms up, then

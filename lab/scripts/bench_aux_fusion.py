@@ -43,8 +43,8 @@ process before capture. Last, one profiled call per (pair, size) counts each pro
 Must finish in < 150 s on an H200: a budget (``--budget-s``, default 135 s, precompile included)
 skips the cases left (the rms_norm pair comes last) and says so.
 
-Usage (GPU machine, set up as for bench_aux.py, see ci/gpu/README.md):
-    python3 ci/gpu/bench_aux_fusion.py [--quick] [--pairs a,b] [--providers ...] [--budget-s 135]
+Usage (GPU machine, set up as for bench_aux.py, see lab/README.md):
+    python3 lab/scripts/bench_aux_fusion.py [--quick] [--pairs a,b] [--providers ...] [--budget-s 135]
 Writes ``$OUT/bench_aux_fusion.json`` (or ``./``); the summary table (geomean over sizes of
 provider us / helion us: > 1 = Helion faster) is printed last. ``--cpu-smoke``: tiny sizes on the
 CPU (Helion interpret mode, Inductor's CPU backend, no CUDA graphs, no vLLM ops): checks that

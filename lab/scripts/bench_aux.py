@@ -28,8 +28,8 @@ Helion kernels are compiled first in parallel worker processes (fills Triton's d
 once more in this process. Each case is also checked against vLLM's output (max relative difference
 for norms/silu, fraction of equal bytes for quants) so a wrong kernel is never timed silently.
 
-Usage (GPU machine, vLLM bundle env + the project's wheels, see ci/gpu/README.md):
-    python3 ci/gpu/bench_aux.py [--quick] [--dist] [--kernels a,b] [--budget-s 140]
+Usage (GPU machine, vLLM bundle env + the project's wheels, see lab/README.md):
+    python3 lab/scripts/bench_aux.py [--quick] [--dist] [--kernels a,b] [--budget-s 140]
 ``--dist`` initialises a one-rank torch.distributed group first, as vLLM's workers have: Helion 1.5
 on torch 2.11 then compiles every kernel as a symmetric-memory (persistent) one, which is what
 runs inside the engine. Writes ``$OUT/bench_aux.json`` (or ``./bench_aux.json``); the short
