@@ -4,9 +4,9 @@
 import pytest
 from typer.testing import CliRunner
 
-from hltools import bench, bench_cli
-from hltools.bench import BenchResult
+from hltools import bench_cli, kernel_results
 from hltools.cli import app
+from hltools.kernel_results import BenchResult
 
 runner = CliRunner()
 META = {
@@ -224,13 +224,15 @@ def test_report_redraws_tables_and_plots(tmp_path):
                 **META,
             )
         )
-    bench.write_results(tmp_path, results, META)  # fmt: skip
-    (tmp_path / bench.SUMMARY_MD).unlink()
+    kernel_results.write_results(tmp_path, results, META)  # fmt: skip
+    (tmp_path / kernel_results.SUMMARY_MD).unlink()
     result = runner.invoke(app, ["bench", "report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
     assert "geomean speedup of Helion vs vLLM's default kernel: fp8_dynamic 1.039x" in out
-    assert (tmp_path / "kernels-fp8_dynamic.png").is_file() and (tmp_path / bench.SUMMARY_MD).is_file()
+    assert (tmp_path / "kernels-fp8_dynamic.png").is_file() and (
+        tmp_path / kernel_results.SUMMARY_MD
+    ).is_file()
 
 
 def test_report_without_results_exits_1(tmp_path):
@@ -283,12 +285,12 @@ def test_report_reads_gzipped_results_as_committed(tmp_path):
         BenchResult("m", "o", "fp8_dynamic", prov, kern, 1, 4096, 4096, median_us=us, **META)
         for prov, kern, us in (("helion", "helion scaled_mm", 10.0), ("vllm", "vllm cutlass_scaled_mm", 15.0))
     ]
-    bench.write_results(tmp_path, results, META)
-    for name in ("e2e-m-1.7b-fp8_dynamic.json", bench.RESULTS_JSON):
+    kernel_results.write_results(tmp_path, results, META)
+    for name in ("e2e-m-1.7b-fp8_dynamic.json", kernel_results.RESULTS_JSON):
         src = tmp_path / name
         (tmp_path / (name + ".gz")).write_bytes(gzip.compress(src.read_bytes()))
         src.unlink()
-    for name in ("e2e-m-1.7b-fp8_dynamic.md", "e2e-m-1.7b-fp8_dynamic.png", bench.SUMMARY_MD):
+    for name in ("e2e-m-1.7b-fp8_dynamic.md", "e2e-m-1.7b-fp8_dynamic.png", kernel_results.SUMMARY_MD):
         (tmp_path / name).unlink(missing_ok=True)
     result = runner.invoke(app, ["bench", "report", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -298,7 +300,7 @@ def test_report_reads_gzipped_results_as_committed(tmp_path):
     assert (tmp_path / "e2e-m-1.7b-fp8_dynamic.md").is_file() and (
         tmp_path / "e2e-m-1.7b-fp8_dynamic.png"
     ).is_file()
-    assert (tmp_path / bench.SUMMARY_MD).is_file()
+    assert (tmp_path / kernel_results.SUMMARY_MD).is_file()
 
 
 def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):

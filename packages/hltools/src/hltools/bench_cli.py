@@ -112,7 +112,7 @@ def kernel_table(rows: list[dict[str, str]], title: str) -> Table:
 
 def print_kernel_summary(console: Console, results, metadata: dict | None = None) -> None:
     """One table per format, then the geomean speedups per format."""
-    from hltools import bench
+    from hltools import kernel_results as bench
 
     rows = bench.table_rows(results)
     for fmt in dict.fromkeys(r["format"] for r in rows):
@@ -227,12 +227,14 @@ def kernels(
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from hltools import bench_compile, kernel_results
+    from hltools.results import provenance
     from hltools.timing import copies_for, copy_bandwidth_gbs, time_graph
 
     dtype = {OutDtype.bf16: torch.bfloat16, OutDtype.fp16: torch.float16}[out_dtype]
     gpu = torch.cuda.get_device_name()
     bandwidth = copy_bandwidth_gbs()
-    shared = bench.provenance(gpu)
+    shared = provenance(gpu)
     metadata = {
         **shared,
         "command": _command(),
@@ -257,7 +259,7 @@ def kernels(
     start = time.monotonic()
     workers = min(16, os.cpu_count() or 1) if jobs is None else jobs
     if workers > 1:
-        todo = bench.compile_jobs(shapes, out_dtype=out_dtype.value, candidates=candidates)
+        todo = bench_compile.compile_jobs(shapes, out_dtype=out_dtype.value, candidates=candidates)
         with Progress(
             TextColumn("precompiling"),
             BarColumn(),
@@ -266,7 +268,7 @@ def kernels(
             console=console,
         ) as pre:
             ptask = pre.add_task("precompile", total=len(todo))
-            errors = bench.precompile(todo, workers, on_done=lambda job, err: pre.advance(ptask))
+            errors = bench_compile.precompile(todo, workers, on_done=lambda job, err: pre.advance(ptask))
         metadata["precompile_s"] = round(time.monotonic() - start, 1)
         console.print(
             f"precompiled {len(todo)} kernels in {metadata['precompile_s']} s with {workers} processes"
@@ -295,7 +297,7 @@ def kernels(
         def on_shape(s):
             progress.update(task, description=f"{s.model} {s.fmt} {s.layer} N={s.n} K={s.k}")
             if done:
-                bench.write_results(output, done, {**metadata, "partial": True})
+                kernel_results.write_results(output, done, {**metadata, "partial": True})
 
         def on_result(r):
             done.append(r)
@@ -320,12 +322,12 @@ def kernels(
             on_shape=on_shape,
         )
     metadata["seconds"] = round(time.monotonic() - start, 1)
-    paths = bench.write_results(output, results, metadata)
+    paths = kernel_results.write_results(output, results, metadata)
     print_kernel_summary(console, results, metadata)
     console.print(f"wrote {paths['json']}, {paths['csv']}, {paths['md']} ({metadata['seconds']} s)")
     if plots:
         _plot_kernels(console, results, output, metadata)
-    failed = bench.failures(results)
+    failed = kernel_results.failures(results)
     if failed:
         console.print(f"{len(failed)} Helion point(s) failed; rerun one with:", style="bold red")
         for r in failed:
@@ -516,7 +518,7 @@ def e2e(
         )
         raise typer.Exit(NO_GPU_EXIT)
 
-    from hltools import bench
+    from hltools.provenance import git_commit
 
     def on_run(spec, event):
         what = f"engine run {spec.name} ({'cold' if spec.cold else 'warm'} compile caches)"
@@ -535,7 +537,7 @@ def e2e(
         plugins=_names(plugins),
         rounds=rounds,
         timeout=timeout,
-        metadata={"command": _command(), "commit": bench.git_commit() or ""},
+        metadata={"command": _command(), "commit": git_commit() or ""},
         on_run=on_run,
         kernel_cache=hl_kernel_cache,
     )
@@ -599,21 +601,21 @@ def report(
     gzipped ``.json.gz`` (as committed under docs/benchmarks/). Exits 1 when the directory holds no
     results."""
 
-    from hltools import bench, bench_gap
     from hltools import e2e as e
+    from hltools import kernel_results
 
     console = _console()
     found = False
-    kernels_file = bench_gap.resolve_path(directory)
+    kernels_file = kernel_results.results_path(directory)
     if kernels_file.is_file():
         found = True
         try:
-            metadata, results = bench_gap.load(kernels_file)
+            metadata, results = kernel_results.read_results(kernels_file)
         except ValueError as exc:
             console.print(f"[bold red]{exc}")
             raise typer.Exit(1) from None
         print_kernel_summary(console, results, metadata)
-        (directory / bench.SUMMARY_MD).write_text(bench.summary_markdown(results, metadata))
+        (directory / kernel_results.SUMMARY_MD).write_text(kernel_results.summary_markdown(results, metadata))
         if plots:
             _plot_kernels(console, results, directory, metadata)
     e2e_files = {p.name.removesuffix(".gz"): p for p in sorted(directory.glob("e2e-*.json.gz"))}
@@ -732,12 +734,13 @@ def gap(
     that read kernel cannot meet the target), the best geomean at the read's speed (vLLM / read) and
     Helion's time over the read's. Needs no GPU. Exits 1 when a file cannot be read or holds no Helion/vLLM pair."""
     from hltools import bench_gap as g
+    from hltools.kernel_results import read_results
 
     console = _console()
     rows, sources = [], {}
     for path in files:
         try:
-            metadata, results = g.load(path)
+            metadata, results = read_results(path)
         except (FileNotFoundError, ValueError) as exc:
             console.print(f"[bold red]{exc}")
             raise typer.Exit(1) from None

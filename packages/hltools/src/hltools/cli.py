@@ -67,7 +67,7 @@ def _parse_tokens(text: str) -> list[int]:
 
 def _parse_formats(text: str, option: str = "--formats") -> list[str]:
     """Comma-separated formats (``all`` = the three), deduplicated, in the given order."""
-    from hltools.validate import FORMATS  # not hlcore.scaled_mm: Triton must not load before TRITON_INTERPRET
+    from hltools.format_names import FORMATS
 
     values = [f for f in text.replace(" ", "").split(",") if f]
     if values == ["all"]:
