@@ -4,7 +4,7 @@
 import pytest
 from typer.testing import CliRunner
 
-from hltools import bench_cli, kernel_results
+from hltools import kernel_results, options
 from hltools.cli import app
 from hltools.kernel_results import BenchResult
 
@@ -21,7 +21,7 @@ META = {
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(bench_cli, "_cuda_available", lambda: False)
+    monkeypatch.setattr(options, "cuda_available", lambda: False)
 
 
 def _flat(output: str) -> str:
@@ -171,8 +171,8 @@ def test_e2e_dry_run_tensor_parallel(no_gpu, tmp_path):
 
 
 def test_e2e_tensor_parallel_needs_that_many_gpus(monkeypatch, tmp_path):
-    monkeypatch.setattr(bench_cli, "_cuda_available", lambda: True)
-    monkeypatch.setattr(bench_cli, "_cuda_device_count", lambda: 1)
+    monkeypatch.setattr(options, "cuda_available", lambda: True)
+    monkeypatch.setattr(options, "cuda_device_count", lambda: 1)
     result = runner.invoke(app, ["bench", "e2e", "--tp", "2", "--output", str(tmp_path)])
     assert result.exit_code == 2 and "needs 2 GPUs; 1 visible" in _flat(result.output), result.output
 
@@ -242,7 +242,7 @@ def test_report_without_results_exits_1(tmp_path):
 
 def test_repro_command():
     r = BenchResult("qwen3-8b", "o/down", "block_fp8", "helion", "-", 3, 4096, 4096, tp=2, out_dtype="fp16")
-    assert bench_cli.repro_command(r, {"seed": 5}) == (
+    assert kernel_results.repro_command(r, {"seed": 5}) == (
         "hltools bench kernels --model qwen3-8b --formats block_fp8 --tp 2 --layer o --layer down "
         "--num-tokens 3 --out-dtype fp16 --seed 5"
     )
@@ -328,14 +328,14 @@ def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
     result = runner.invoke(app, ["bench", "report", str(plain), "--no-plots"])
     assert result.exit_code == 0 and "1.250" in result.output and "GEMM" not in result.output
     assert "GEMM only" not in (plain / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
-    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm"))), "t")
+    table = e2e.throughput_table(e2e.summarize(runs(("off", "on", "gemm"))), "t").rich()
     assert [c.header for c in table.columns][-3:] == [
         "tok/s GEMM only",
         "speedup GEMM only",
         "TPOT ms GEMM only",
     ]
     assert list(table.columns[-2].cells) == ["1.400"] and list(table.columns[3].cells) == ["1.250"]
-    assert len(bench_cli.e2e_table(e2e.summarize(runs(("off", "on"))), "t").columns) == 6
+    assert len(e2e.throughput_table(e2e.summarize(runs(("off", "on"))), "t").rich().columns) == 6
 
 
 def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
@@ -376,7 +376,7 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
         "ttft_spread_pct_on",
     ]
 
-    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm", "aux", "fused"))), "t")
+    table = e2e.throughput_table(e2e.summarize(runs(("off", "on", "gemm", "aux", "fused"))), "t").rich()
     assert [c.header for c in table.columns][6:] == [
         "tok/s GEMM only",
         "speedup GEMM only",
@@ -389,7 +389,7 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
         "TPOT ms fused aux",
     ]
     assert list(table.columns[-2].cells) == ["1.600"] and list(table.columns[-1].cells) == ["6.25"]
-    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "fused"))), "t")
+    table = e2e.throughput_table(e2e.summarize(runs(("off", "on", "fused"))), "t").rich()
     assert [c.header for c in table.columns][6:] == [
         "tok/s fused aux",
         "speedup fused aux",
