@@ -87,7 +87,10 @@ def row_from_dict(cls: type, d: Mapping[str, Any]) -> Any:
 
 
 def _coerce(value: Any, annotation: Any) -> Any:
-    annotation = str(annotation)
+    # "int", "float | None"... (postponed annotations are strings; otherwise the type's name)
+    annotation = (
+        annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    )
     if not isinstance(value, str) or annotation == "str":
         return value
     if value == "" and "None" in annotation:
