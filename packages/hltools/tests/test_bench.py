@@ -1,16 +1,15 @@
 """hltools.bench on the CPU: the loop with the real Helion kernel (Triton interpreter) next to fake
-baselines and a fake timer, the provider fallback order, the result schema and its files, geomeans."""
+baselines and a fake timer, the provider fallback order, the inputs and the bytes moved (the result
+schema and its files: test_kernel_results.py)."""
 
-import csv
 import json
-import math
 
 import pytest
 import torch
 
 from hlcore.scaled_mm_config import default_scaled_mm_config
-from hltools import bench
-from hltools.bench import BenchResult, BenchShape, Candidate
+from hltools import bench, kernel_results
+from hltools.bench import BenchShape, Candidate
 from hltools.timing import Timing
 
 TINY = {
@@ -223,7 +222,7 @@ def test_loop_with_helion_and_fallback_chain():
     nbytes = bench.gemm_bytes("fp8_dynamic", 1, 32, 128)
     assert first.gbps == pytest.approx(nbytes / 10e3) and first.roofline_pct == pytest.approx(first.gbps / 10)
     assert all(r.copies == 3 and r.repeats == 7 and r.gpu == "cpu" and r.commit == "abc" for r in results)
-    assert bench.failures(results) == []
+    assert kernel_results.failures(results) == []
 
 
 def test_all_candidates_failing_gives_a_failed_row():
@@ -238,7 +237,7 @@ def test_all_candidates_failing_gives_a_failed_row():
     assert helion.ok and helion.speedup_vs_vllm is None
     assert vllm.kernel == "-" and vllm.median_us is None and not vllm.ok
     assert vllm.note == "failed: a: unavailable (ImportError: no such library)"
-    assert bench.speedups(results) == [] and bench.geomean_by_format(results) == {}
+    assert kernel_results.speedups(results) == [] and kernel_results.geomean_by_format(results) == {}
 
 
 def test_helion_failure_and_tolerance_are_reported():
@@ -251,7 +250,7 @@ def test_helion_failure_and_tolerance_are_reported():
         [shape], {"helion": [Candidate("helion", "x", bench.FORMATS, _unavailable)]}, FakeTimer([1])
     )
     assert row.kernel == "-" and not row.ok and row.note.startswith("failed: x: unavailable")
-    assert bench.failures([row]) == [row]
+    assert kernel_results.failures([row]) == [row]
 
 
 def test_make_inputs_and_bytes():
@@ -275,116 +274,3 @@ def test_make_inputs_and_bytes():
     )
     with pytest.raises(ValueError, match="unknown format"):
         bench.quantize_weight("fp4", torch.zeros(2, 2))
-
-
-def _results():
-    out = []
-    for fmt, ratios in (("fp8_dynamic", (2.0, 0.5, 1.0)), ("block_fp8", (1.5,))):
-        for m, ratio in zip((1, 2, 4), ratios, strict=False):
-            v = BenchResult(
-                "tiny", "o", fmt, "vllm", "vllm k", m, 64, 128, median_us=10.0 * ratio, ok=True, **META
-            )
-            h = BenchResult(
-                "tiny", "o", fmt, "helion", "helion scaled_mm", m, 64, 128, median_us=10.0, ok=True, **META
-            )
-            h.speedup_vs_vllm = ratio
-            out += [h, v]
-    out.append(
-        BenchResult(
-            "tiny", "o", "fp8_dynamic", "torch", "torch._scaled_mm", 1, 64, 128, median_us=40.0, **META
-        )
-    )
-    out[0].note = "a, b"  # commas and quotes survive CSV
-    out[1].p20_us = math.nan
-    return out
-
-
-def test_geomean_and_speedups():
-    results = _results()
-    assert bench.geomean([2.0, 0.5]) == pytest.approx(1.0)
-    assert bench.geomean([]) is None and bench.geomean([0.0, -1.0, math.inf]) is None
-    assert bench.geomean_by_format(results) == pytest.approx({"fp8_dynamic": 1.0, "block_fp8": 1.5})
-    assert bench.geomean_by_format(results, "torch") == pytest.approx({"fp8_dynamic": 4.0})
-    s = bench.speedups(results)
-    assert [(x.format, x.m, x.value) for x in s] == [
-        ("fp8_dynamic", 1, 2.0),
-        ("fp8_dynamic", 2, 0.5),
-        ("fp8_dynamic", 4, 1.0),
-        ("block_fp8", 1, 1.5),
-    ]
-    assert {x.baseline for x in s} == {"vllm k"}
-
-
-def test_schema_round_trip_and_files(tmp_path):
-    results = _results()
-    for r in results:
-        assert BenchResult.from_dict(r.to_dict()) == r or math.isnan(r.p20_us or 0)
-    meta = {**META, "command": "hltools bench kernels", "copy_bandwidth_gbs": 4000.0}
-    paths = bench.write_results(tmp_path / "out", results, meta)
-    assert {p.name for p in paths.values()} == {"kernels.json", "kernels.csv", "kernels.md"}
-    payload = json.loads(paths["json"].read_text())
-    assert (
-        paths["json"].read_text().endswith("}\n")
-        and payload["metadata"]["command"] == "hltools bench kernels"
-    )
-    assert payload["geomean_speedup"]["vllm"] == pytest.approx({"fp8_dynamic": 1.0, "block_fp8": 1.5})
-    assert payload["results"][1]["p20_us"] is None  # NaN is written as null
-    meta_back, back = bench.read_results(tmp_path / "out")
-    assert meta_back == meta
-    results[1].p20_us = None
-    assert back == results
-    with paths["csv"].open() as f:
-        rows = list(csv.DictReader(f))
-    assert list(rows[0]) == bench.FIELDS and rows[0]["note"] == "a, b" and rows[0]["ok"] == "True"
-    assert bench.read_results(paths["csv"]) == ({}, results)
-    md = paths["md"].read_text()
-    assert "| fp8_dynamic | 1.000× | 4.000× | 3 |" in md and "| block_fp8 | 1.500× | - | 1 |" in md
-    assert "4000 GB/s" in md and "## Notes" in md
-    bad = tmp_path / "bad.json"
-    bad.write_text("{}")
-    with pytest.raises(ValueError, match="not a kernel benchmark result"):
-        bench.read_results(bad)
-
-
-def test_from_dict_ignores_unknown_keys_and_reads_csv_strings():
-    r = BenchResult.from_dict(
-        {"model": "m", "layer": "o", "format": "fp8_dynamic", "provider": "helion", "kernel": "k", "m": "2",
-         "n": "64", "k": "128", "median_us": "", "gbps": "1.5", "ok": "False", "future_field": 1}
-    )  # fmt: skip
-    assert (r.m, r.n, r.median_us, r.gbps, r.ok) == (2, 64, None, 1.5, False)
-
-
-def test_compile_jobs_group_by_config():
-    shapes = [
-        BenchShape("t", "fp8_dynamic", "o", 64, 128, (1, 2, 32)),
-        BenchShape("t", "block_fp8", "o", 64, 128, (1,)),
-    ]
-
-    def pick(fmt, m, n, k):
-        return "small" if m <= 16 else "large"
-
-    jobs = bench.compile_jobs(shapes, pick=pick, candidates=bench.default_candidates())
-    assert [(j.kind, j.fmt, j.ms, j.config) for j in jobs] == [
-        ("helion", "fp8_dynamic", (1, 2), "small"),
-        ("helion", "fp8_dynamic", (32,), "large"),
-        ("helion", "block_fp8", (1,), "small"),
-        ("deep_gemm", "block_fp8", (1,), ""),
-    ]
-    no_dg = bench.compile_jobs(
-        shapes, pick=pick, candidates=bench.default_candidates(block_order=["cutlass"])
-    )
-    assert all(j.kind == "helion" for j in no_dg)
-
-
-def test_compile_job_runs_helion_on_the_cpu():
-    shape = BenchShape("t", "w8a8_int8", "o", 32, 128, (1, 3))
-    (job,) = bench.compile_jobs([shape])
-    assert bench.run_compile_job(job, device="cpu") is None
-    done = []
-    assert bench.precompile([job], 1, on_done=lambda j, e: done.append((j, e)), device="cpu") == {}
-    assert done == [(job, None)]
-    broken = bench.CompileJob("helion", "fp8_dynamic", 32, 128, (1,), config='{"block_sizes": [3]}')
-    assert bench.run_compile_job(broken, device="cpu")
-    assert bench.run_compile_job(
-        bench.CompileJob("nope", "fp8_dynamic", 32, 128, (1,)), device="cpu"
-    ).startswith("ValueError")

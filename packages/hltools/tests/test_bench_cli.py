@@ -4,9 +4,9 @@
 import pytest
 from typer.testing import CliRunner
 
-from hltools import bench, bench_cli
-from hltools.bench import BenchResult
+from hltools import kernel_results, options
 from hltools.cli import app
+from hltools.kernel_results import BenchResult
 
 runner = CliRunner()
 META = {
@@ -21,7 +21,7 @@ META = {
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(bench_cli, "_cuda_available", lambda: False)
+    monkeypatch.setattr(options, "cuda_available", lambda: False)
 
 
 def _flat(output: str) -> str:
@@ -171,8 +171,8 @@ def test_e2e_dry_run_tensor_parallel(no_gpu, tmp_path):
 
 
 def test_e2e_tensor_parallel_needs_that_many_gpus(monkeypatch, tmp_path):
-    monkeypatch.setattr(bench_cli, "_cuda_available", lambda: True)
-    monkeypatch.setattr(bench_cli, "_cuda_device_count", lambda: 1)
+    monkeypatch.setattr(options, "cuda_available", lambda: True)
+    monkeypatch.setattr(options, "cuda_device_count", lambda: 1)
     result = runner.invoke(app, ["bench", "e2e", "--tp", "2", "--output", str(tmp_path)])
     assert result.exit_code == 2 and "needs 2 GPUs; 1 visible" in _flat(result.output), result.output
 
@@ -224,13 +224,15 @@ def test_report_redraws_tables_and_plots(tmp_path):
                 **META,
             )
         )
-    bench.write_results(tmp_path, results, META)  # fmt: skip
-    (tmp_path / bench.SUMMARY_MD).unlink()
+    kernel_results.write_results(tmp_path, results, META)  # fmt: skip
+    (tmp_path / kernel_results.SUMMARY_MD).unlink()
     result = runner.invoke(app, ["bench", "report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
     assert "geomean speedup of Helion vs vLLM's default kernel: fp8_dynamic 1.039x" in out
-    assert (tmp_path / "kernels-fp8_dynamic.png").is_file() and (tmp_path / bench.SUMMARY_MD).is_file()
+    assert (tmp_path / "kernels-fp8_dynamic.png").is_file() and (
+        tmp_path / kernel_results.SUMMARY_MD
+    ).is_file()
 
 
 def test_report_without_results_exits_1(tmp_path):
@@ -240,7 +242,7 @@ def test_report_without_results_exits_1(tmp_path):
 
 def test_repro_command():
     r = BenchResult("qwen3-8b", "o/down", "block_fp8", "helion", "-", 3, 4096, 4096, tp=2, out_dtype="fp16")
-    assert bench_cli.repro_command(r, {"seed": 5}) == (
+    assert kernel_results.repro_command(r, {"seed": 5}) == (
         "hltools bench kernels --model qwen3-8b --formats block_fp8 --tp 2 --layer o --layer down "
         "--num-tokens 3 --out-dtype fp16 --seed 5"
     )
@@ -283,12 +285,12 @@ def test_report_reads_gzipped_results_as_committed(tmp_path):
         BenchResult("m", "o", "fp8_dynamic", prov, kern, 1, 4096, 4096, median_us=us, **META)
         for prov, kern, us in (("helion", "helion scaled_mm", 10.0), ("vllm", "vllm cutlass_scaled_mm", 15.0))
     ]
-    bench.write_results(tmp_path, results, META)
-    for name in ("e2e-m-1.7b-fp8_dynamic.json", bench.RESULTS_JSON):
+    kernel_results.write_results(tmp_path, results, META)
+    for name in ("e2e-m-1.7b-fp8_dynamic.json", kernel_results.RESULTS_JSON):
         src = tmp_path / name
         (tmp_path / (name + ".gz")).write_bytes(gzip.compress(src.read_bytes()))
         src.unlink()
-    for name in ("e2e-m-1.7b-fp8_dynamic.md", "e2e-m-1.7b-fp8_dynamic.png", bench.SUMMARY_MD):
+    for name in ("e2e-m-1.7b-fp8_dynamic.md", "e2e-m-1.7b-fp8_dynamic.png", kernel_results.SUMMARY_MD):
         (tmp_path / name).unlink(missing_ok=True)
     result = runner.invoke(app, ["bench", "report", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -298,7 +300,7 @@ def test_report_reads_gzipped_results_as_committed(tmp_path):
     assert (tmp_path / "e2e-m-1.7b-fp8_dynamic.md").is_file() and (
         tmp_path / "e2e-m-1.7b-fp8_dynamic.png"
     ).is_file()
-    assert (tmp_path / bench.SUMMARY_MD).is_file()
+    assert (tmp_path / kernel_results.SUMMARY_MD).is_file()
 
 
 def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
@@ -326,14 +328,14 @@ def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
     result = runner.invoke(app, ["bench", "report", str(plain), "--no-plots"])
     assert result.exit_code == 0 and "1.250" in result.output and "GEMM" not in result.output
     assert "GEMM only" not in (plain / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
-    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm"))), "t")
+    table = e2e.throughput_table(e2e.summarize(runs(("off", "on", "gemm"))), "t").rich()
     assert [c.header for c in table.columns][-3:] == [
         "tok/s GEMM only",
         "speedup GEMM only",
         "TPOT ms GEMM only",
     ]
     assert list(table.columns[-2].cells) == ["1.400"] and list(table.columns[3].cells) == ["1.250"]
-    assert len(bench_cli.e2e_table(e2e.summarize(runs(("off", "on"))), "t").columns) == 6
+    assert len(e2e.throughput_table(e2e.summarize(runs(("off", "on"))), "t").rich().columns) == 6
 
 
 def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
@@ -374,7 +376,7 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
         "ttft_spread_pct_on",
     ]
 
-    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "gemm", "aux", "fused"))), "t")
+    table = e2e.throughput_table(e2e.summarize(runs(("off", "on", "gemm", "aux", "fused"))), "t").rich()
     assert [c.header for c in table.columns][6:] == [
         "tok/s GEMM only",
         "speedup GEMM only",
@@ -387,7 +389,7 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
         "TPOT ms fused aux",
     ]
     assert list(table.columns[-2].cells) == ["1.600"] and list(table.columns[-1].cells) == ["6.25"]
-    table = bench_cli.e2e_table(e2e.summarize(runs(("off", "on", "fused"))), "t")
+    table = e2e.throughput_table(e2e.summarize(runs(("off", "on", "fused"))), "t").rich()
     assert [c.header for c in table.columns][6:] == [
         "tok/s fused aux",
         "speedup fused aux",

@@ -17,6 +17,7 @@ from hltools import bench
 from hltools.bench import BenchResult
 from hltools.bench_configs import entries_from_bench, measured_config, pick_from_config_dir
 from hltools.cli import app
+from hltools.results import write_json
 
 runner = CliRunner()
 VERSIONS = {"torch": "2.11.0", "triton": "3.6.0", "helion": "1.5.0", "vllm": "0.26.0"}
@@ -119,7 +120,7 @@ def test_measured_config_labels():
 # CLI
 # --------------------------------------------------------------------------------------------
 def _write_bench(path, rows, command="hltools bench kernels --model x"):
-    bench.write_json(path, {"metadata": {"command": command}, "results": [r.to_dict() for r in rows]})
+    write_json(path, {"metadata": {"command": command}, "results": [r.to_dict() for r in rows]})
     return path
 
 

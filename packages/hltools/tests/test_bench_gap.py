@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hltools import bench_gap as g
-from hltools.bench import BenchResult
 from hltools.cli import app
+from hltools.kernel_results import BenchResult, read_results
 
 REPO = Path(__file__).resolve().parents[3]
 NIGHT_TP2 = REPO / "lab" / "results" / "2026-11-30-night" / "kernels-tp2" / "kernels.json"
@@ -150,12 +150,12 @@ def test_fit_by_format_on_rows():
 
 def test_load_reads_gz_next_to_a_missing_json(tmp_path):
     _write(tmp_path / "night" / "kernels-x" / "kernels.json.gz", _three_points(), gz=True)
-    meta, results = g.load(tmp_path / "night" / "kernels-x" / "kernels.json")
+    meta, results = read_results(tmp_path / "night" / "kernels-x" / "kernels.json")
     assert meta["copy_bandwidth_gbs"] == pytest.approx(COPY_GBS) and len(results) == 7
-    assert g.load(tmp_path / "night" / "kernels-x")[1] == results
+    assert read_results(tmp_path / "night" / "kernels-x")[1] == results
     assert g.file_label(tmp_path / "night" / "kernels-x" / "kernels.json") == "night/kernels-x"
     with pytest.raises(FileNotFoundError):
-        g.load(tmp_path / "nothing.json")
+        read_results(tmp_path / "nothing.json")
 
 
 def test_copy_bandwidth_from_rows_without_metadata():
@@ -217,7 +217,9 @@ def test_cli_on_the_committed_night_tp2_run(tmp_path):
     assert "4212" in out  # the run's copy bandwidth
     expected = _independent_night_numbers()
     assert round(expected["fp8_dynamic"][0], 3) == 1.011 and round(expected["block_fp8"][0], 3) == 0.984
-    summaries = {s.format: s for s in g.summarize(g.gap_rows(g.load(NIGHT_TP2)[1], 4212.27518521926)[0])}
+    summaries = {
+        s.format: s for s in g.summarize(g.gap_rows(read_results(NIGHT_TP2)[1], 4212.27518521926)[0])
+    }
     for fmt, (gm, disp, big_pct, slower) in expected.items():
         assert f"{gm:.3f}×" in out and f"{disp:.3f}×" in out
         s = summaries[fmt]

@@ -110,7 +110,7 @@ def test_tensor_parallel_size_reaches_the_worker_and_the_engine(tmp_path):
 
     import unittest.mock
 
-    with unittest.mock.patch.object(e2e, "worker_main", fake_main):
+    with unittest.mock.patch.object(e2e.worker, "worker_main", fake_main):
         assert e2e.main(cmd[3:]) == 0
     assert seen["options"].tensor_parallel_size == 2
     kw = e2e.llm_kwargs(tmp_path / "model", opts)
@@ -152,7 +152,7 @@ def test_worker_cli_parses_and_sets_the_plugin_switch(monkeypatch):
         seen.update(vars(args))
         return 0
 
-    monkeypatch.setattr(e2e, "worker_main", fake_main)
+    monkeypatch.setattr(e2e.worker, "worker_main", fake_main)
     assert (
         e2e.main(["worker", "--plugin", "off", "--model-dir", "m", "--out", "o.json", "--concurrency", "1,2"])
         == 0
@@ -778,14 +778,14 @@ def test_subprocess_launcher_timeout_kills_the_whole_process_group(tmp_path):
 def test_rank_functions_are_sent_from_the_importable_module():
     """``python -m hltools.e2e worker`` sends fill_weights & co. to vLLM's ranks by pickle (by
     reference). Taken from ``__main__`` they failed at TP=2 on the H200 ("not the same object as
-    __main__.fill_weights"); they must come from ``hltools.e2e``."""
+    __main__.fill_weights"); they must come from ``hltools.e2e.worker``."""
     import inspect
     import pickle
 
     import hltools.e2e as m
 
     for f in (m.fill_weights, m.linear_kernels, m.dispatch_counts, m.aux_capture_counts):
-        assert f.__module__ == "hltools.e2e" and pickle.loads(pickle.dumps(f)) is f
+        assert f.__module__ == "hltools.e2e.worker" and pickle.loads(pickle.dumps(f)) is f
     body = inspect.getsource(m.worker_main)
     assert body.count("llm.apply_model(rank_fns.") == 4 and "apply_model(fill_weights" not in body
 
@@ -987,7 +987,7 @@ def test_repeat_spread_flags_noisy_rows():
     assert "vLLM 37 / 1; hlvllm 7 / 1." in md
     assert "**Noisy (> 10 %): vLLM at concurrency 1: a speedup there is noise**" in md
     quiet = e2e.summary_markdown({}, e2e.summarize(runs[1:2]))
-    assert "Noisy" not in quiet and e2e._spread_pct([0.3]) is None
+    assert "Noisy" not in quiet and e2e.summary._spread_pct([0.3]) is None
     # the one-token generates (TTFT) get their own spread; a stall there is called out
     runs[0]["throughput"]["8"]["samples_one_s"] = [0.04, 10.4, 0.05]
     runs[0]["throughput"]["1"]["samples_one_s"] = [0.02, 0.03]

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from hltools import bench_cli, e2e, shapes
+from hltools import e2e, shapes
+from hltools.cli import bench_app
 
 RUNS = Path(__file__).resolve().parents[3] / "lab" / "runs"
 FORMATS = {"fp8_dynamic", "w8a8_int8", "block_fp8"}
@@ -33,7 +34,7 @@ def _calls(kind):
 
 
 def _parse(command, argv):
-    group = typer.main.get_command(bench_cli.bench_app)
+    group = typer.main.get_command(bench_app)
     return group.commands[command].make_context(command, argv).params
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hltools.bench import BenchResult
+from hltools.kernel_results import BenchResult
 from hltools.plots import PlotsUnavailable, plot_e2e, plot_kernel_speedups, provenance_line
 
 META = {

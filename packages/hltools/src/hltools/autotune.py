@@ -50,10 +50,11 @@ from hlcore.config_store import (
     scaled_mm_key,
 )
 from hlcore.scaled_mm_config import check_scaled_mm_config
+from hltools.format_names import check_formats
 from hltools.provenance import versions
+from hltools.results import ResultTable, cell
 from hltools.shapes import linear_shapes
 
-FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 DEFAULT_NUM_TOKENS = (1, 2, 4, 8, 16, 24, 32)
 EFFORTS = ("quick", "full")
 
@@ -105,9 +106,7 @@ def build_keys(
     """Every (format, N, K, M) of the model for these TP sizes, format-major, then shapes in the
     order of :func:`linear_shapes` over ascending TP, then M; each once. Raises ``ValueError`` for
     an unknown format or a TP size the model cannot be split by."""
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ValueError(f"unknown format(s) {unknown}; choose from {list(FORMATS)}")
+    formats = check_formats(formats)
     shapes: dict[tuple[int, int], list[str]] = {}
     for tp in sorted(dict.fromkeys(tps)):
         for s in linear_shapes(model_config, tp=tp):
@@ -478,6 +477,41 @@ def keys_table_rows(keys: Iterable[TuneKey], done: set, fallback: set = frozense
         (k.fmt, str(k.n), str(k.k), str(k.m), ", ".join(k.layers), key_status(k, done, fallback))
         for k in keys
     ]
+
+
+def keys_table(keys: Sequence[TuneKey], done: set, fallback: set, title: str) -> ResultTable:
+    """``--list``'s table: each key, the layers it comes from and its status (:func:`key_status`)."""
+    columns = ["format", "N", "K", "M", "layers", "status"]
+    rows = [list(r) for r in keys_table_rows(keys, done, fallback)]
+    return ResultTable(title, columns, rows, left=("format", "layers", "status"))
+
+
+def summary_table(summary: RunSummary) -> ResultTable:
+    """Each key of a run: its status, Helion's (tuned or default) and vLLM's times, the speedup."""
+    columns = ["format", "N", "K", "M", "status", "Helion µs", "default µs", "vLLM µs", "speedup", "note"]
+    rows = []
+    for s in summary.statuses:
+        r = s.result
+        speedup = r.fallback_us / r.helion_us if r and r.fallback_us and r.helion_us else None
+        status = s.status + (" (fallback)" if r and r.fallback and s.status == "tuned" else "")
+        times = [cell(r.helion_us if r else None, ".1f"), cell(r.default_us if r else None, ".1f")]
+        times += [cell(r.fallback_us if r else None, ".1f"), cell(speedup, ".2f")]
+        rows.append([s.key.fmt, str(s.key.n), str(s.key.k), str(s.key.m), status, *times, s.message])
+    return ResultTable(f"autotune summary ({summary.path})", columns, rows, left=("format", "status", "note"))
+
+
+def status_line(status: KeyStatus) -> str:
+    """One line (rich markup) per finished key: tuned (times, fallback mark), failed or skipped."""
+    r, label = status.result, status.key.label
+    if status.status == "tuned":
+        line = f"[green]tuned[/] {label} in {status.seconds:.0f} s: {cell(r.helion_us, '.1f')} µs"
+        line += f" (default {cell(r.default_us, '.1f')}, {r.fallback_name or 'vLLM'} {cell(r.fallback_us, '.1f')})"
+        if r.fallback:
+            line += " [yellow]slower than vLLM's kernel: marked fallback"
+        return line
+    if status.status == "failed":
+        return f"[bold red]FAILED[/] {label}: {status.message}"
+    return f"[dim]{status.status}[/] {label}: {status.message}"
 
 
 def benchmark_env() -> dict[str, str]:

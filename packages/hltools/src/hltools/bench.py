@@ -35,133 +35,28 @@ This module imports torch; helion, triton and vLLM only inside functions.
 
 from __future__ import annotations
 
-import csv
-import dataclasses
 import functools
 import json
-import math
-import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from hlcore.config_store import write_text_atomic
-from hltools import providers
-from hltools.provenance import git_commit, versions
+from hltools import kernel_results, providers
+from hltools.format_names import FORMATS, check_formats
+from hltools.kernel_results import BASELINES, FIELDS, BenchResult
 from hltools.shapes import linear_shapes
 
-FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
-PROVIDERS = ("helion", "vllm", "torch")
-BASELINES = ("vllm", "torch")
 BLOCK_CANDIDATES = providers.BLOCK_ORDER  # vLLM 0.26's CUDA order (FlashInfer aside)
 BLOCK = (128, 128)
 SANITY_REL_ERR = 0.1  # a baseline further than this from the fp32 reference is treated as broken
-RESULTS_JSON = "kernels.json"
-RESULTS_CSV = "kernels.csv"
-SUMMARY_MD = "kernels.md"
-VERSION_DISTS = ("torch", "triton", "helion", "vllm")
+
+#: The reader of the results (:mod:`hltools.kernel_results`), where ``hltools.bench_configs`` finds it.
+read_results = kernel_results.read_results
 
 GemmCall = Callable[[], torch.Tensor]
 Timer = Callable[[Sequence[GemmCall]], Any]  # returns an object with median_us, p20_us, p80_us
-
-
-# --------------------------------------------------------------------------------------------
-# Result schema
-# --------------------------------------------------------------------------------------------
-@dataclass
-class BenchResult:
-    """One provider at one (model, format, layer, M, N, K): per-call device time and what it means.
-
-    ``provider``: ``helion``, ``vllm`` (vLLM's default kernel for the format) or ``torch``;
-    ``kernel``: what actually ran (e.g. ``vllm block deep_gemm fp8_gemm_nt``; ``-`` when nothing
-    could run). Times are microseconds per call (None when not measured: ``note`` says why);
-    ``speedup_vs_vllm`` = vLLM's median / this median; ``rel_err``: relative Frobenius error of this
-    provider's output vs the fp32 dequantized reference (weight copy 0; DeepGEMM's includes vLLM's
-    UE8M0 re-quantization of the weight, about 2.6e-2); ``ok``: ran, timed, and (for
-    Helion) within the hlcore.testing tolerance. ``config``: for Helion, where the config came from
-    and what it was: ``"<source> <compact JSON>"``, e.g. ``exact {"block_sizes":[16,64,128],...}``
-    (source: the picker's ``exact``, ``nearest``, ``heuristic``..., plus `` (marked fallback)``
-    when the picked entry is marked); results of older benchmarks hold only the source (or only
-    the JSON)."""
-
-    model: str
-    layer: str
-    format: str
-    provider: str
-    kernel: str
-    m: int
-    n: int
-    k: int
-    tp: int = 1
-    out_dtype: str = "bf16"
-    gpu: str = ""
-    median_us: float | None = None
-    p20_us: float | None = None
-    p80_us: float | None = None
-    gbps: float | None = None
-    roofline_pct: float | None = None
-    speedup_vs_vllm: float | None = None
-    rel_err: float | None = None
-    ok: bool = False
-    copies: int = 0
-    repeats: int = 0
-    config: str = ""
-    torch: str = ""
-    triton: str = ""
-    helion: str = ""
-    vllm: str = ""
-    commit: str = ""
-    date: str = ""
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> BenchResult:
-        """Inverse of :meth:`to_dict`; also reads CSV rows (all strings, empty = None). Unknown keys
-        are ignored, so older result files stay readable."""
-        kwargs = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in d:
-                continue
-            kwargs[f.name] = _coerce(d[f.name], f.type)
-        return cls(**kwargs)
-
-
-def _coerce(value: Any, annotation: str) -> Any:
-    if not isinstance(value, str) or annotation == "str":
-        return value
-    if value == "" and "None" in annotation:
-        return None
-    if annotation.startswith("int"):
-        return int(value)
-    if annotation.startswith("float"):
-        return float(value)
-    if annotation == "bool":
-        return value.strip().lower() in ("true", "1", "yes")
-    return value
-
-
-FIELDS = [f.name for f in dataclasses.fields(BenchResult)]
-
-
-# --------------------------------------------------------------------------------------------
-# Provenance
-# --------------------------------------------------------------------------------------------
-def provenance(gpu: str) -> dict[str, str]:
-    """The fields every result of one run shares: GPU, versions, commit, date (UTC)."""
-    v = versions()
-    return {
-        "gpu": gpu,
-        **{d: v.get(d, "") for d in VERSION_DISTS},
-        "commit": git_commit() or "",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,9 +85,7 @@ def bench_shapes(
     """Every (model, format, linear (N, K)) in order: model, format, then :func:`linear_shapes`
     order; layers of one model with the same (N, K) are timed once (``layer`` = ``"a/b"``).
     Raises ``ValueError`` for an unknown format or layer, or a TP size the model cannot be split by."""
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ValueError(f"unknown format(s) {unknown}; choose from {list(FORMATS)}")
+    formats = check_formats(formats)
     ms = tuple(sorted(dict.fromkeys(int(m) for m in num_tokens)))
     if not ms or ms[0] < 1:
         raise ValueError(f"num_tokens must be positive integers; got {list(num_tokens)}")
@@ -393,133 +286,6 @@ def default_candidates(
 
 
 # --------------------------------------------------------------------------------------------
-# Parallel precompile (fills the on-disk compile caches before the timed loop)
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CompileJob:
-    """Compile one kernel for a (format, N, K) at the given Ms: ``kind`` ``helion`` (``config``: the
-    picked config's JSON) or ``deep_gemm`` (vLLM's DeepGEMM JIT)."""
-
-    kind: str
-    fmt: str
-    n: int
-    k: int
-    ms: tuple[int, ...]
-    config: str = ""
-    out_dtype: str = "bf16"
-
-
-def compile_jobs(
-    shapes: Sequence[BenchShape],
-    *,
-    out_dtype: str = "bf16",
-    candidates: Mapping[str, Sequence[Candidate]] | None = None,
-    pick: Callable[[str, int, int, int], str] | None = None,
-) -> list[CompileJob]:
-    """One Helion job per (format, N, K, picked config) with the Ms that use it (Triton specializes
-    M = 1, multiples of 16 and the rest: all of them run), and one DeepGEMM job per block-FP8 (N, K)
-    when DeepGEMM is among the vLLM candidates. ``pick(fmt, m, n, k) -> config JSON`` defaults to
-    :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` for the current GPU."""
-    if pick is None:
-        from hlcore.scaled_mm_config import pick_scaled_mm_config
-
-        def pick(fmt, m, n, k):
-            return pick_scaled_mm_config(fmt, m, n, k).config_json
-
-    kernels = {c.kernel for cs in (candidates or {}).values() for c in cs}
-    jobs: dict[tuple, list[int]] = {}
-    for s in shapes:
-        for m in s.ms:
-            jobs.setdefault(("helion", s.fmt, s.n, s.k, pick(s.fmt, m, s.n, s.k)), []).append(m)
-        if s.fmt == "block_fp8" and providers.DeepGemmBlock.name in kernels:
-            jobs.setdefault(("deep_gemm", s.fmt, s.n, s.k, ""), []).extend(s.ms)
-    return [
-        CompileJob(kind, fmt, n, k, tuple(sorted(set(ms))), cfg, out_dtype)
-        for (kind, fmt, n, k, cfg), ms in jobs.items()
-    ]
-
-
-def _compile_inputs(job: CompileJob, m: int, device: str) -> GemmInputs:
-    """Cheap random operands of the right dtypes and layouts (values do not matter for compiling)."""
-    dtype = torch.int8 if job.fmt == "w8a8_int8" else torch.float8_e4m3fn
-    out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[job.out_dtype]
-
-    def q(rows):
-        x = torch.randn((rows, job.k), device=device)
-        return x.mul(64).round().clamp(-127, 127).to(dtype) if dtype == torch.int8 else x.to(dtype)
-
-    if job.fmt == "block_fp8":
-        sa = torch.rand((m, -(-job.k // BLOCK[1])), device=device) + 0.5
-        sb = torch.rand((-(-job.n // BLOCK[0]), -(-job.k // BLOCK[1])), device=device) + 0.5
-    else:
-        sa, sb = torch.rand((m, 1), device=device) + 0.5, torch.rand((job.n, 1), device=device) + 0.5
-    return GemmInputs(job.fmt, job.n, job.k, q(m), sa, [(q(job.n).t(), sb)], out_dtype)
-
-
-def run_compile_job(job: CompileJob, device: str = "cuda") -> str | None:
-    """Compile (and run once) ``job`` in this process; None on success, else the error (short)."""
-    try:
-        for m in job.ms:
-            inputs = _compile_inputs(job, m, device)
-            if job.kind == "helion":
-                from hlcore.scaled_mm import scaled_mm
-
-                b, sb = inputs.weights[0]
-                scaled_mm(
-                    inputs.a,
-                    b,
-                    inputs.scale_a,
-                    sb,
-                    inputs.out_dtype,
-                    block_size=inputs.block_size,
-                    config=job.config,
-                )
-            elif job.kind == "deep_gemm":
-                b, sb = inputs.weights[0]
-                providers.DeepGemmBlock(job.fmt, inputs.out_dtype, job.n, job.k)(
-                    inputs.a, b, inputs.scale_a, sb
-                )
-            else:
-                raise ValueError(f"unknown compile job kind {job.kind!r}")
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return None
-    except Exception as exc:  # noqa: BLE001 - reported; the timed loop then skips or fails the kernel
-        return f"{type(exc).__name__}: {str(exc)[:300]}"
-
-
-def precompile(
-    jobs: Sequence[CompileJob],
-    workers: int,
-    on_done: Callable[[CompileJob, str | None], None] | None = None,
-    device: str = "cuda",
-) -> dict[CompileJob, str]:
-    """Run ``jobs`` in ``workers`` spawned processes (each imports torch/helion once) so the timed
-    loop finds Triton's and DeepGEMM's on-disk caches warm; returns the failed jobs' errors.
-    ``workers <= 1`` runs them here, one after the other."""
-    errors: dict[CompileJob, str] = {}
-    run = functools.partial(run_compile_job, device=device)
-    if workers <= 1:
-        results = map(run, jobs)
-    else:
-        import multiprocessing as mp
-
-        pool = mp.get_context("spawn").Pool(min(workers, len(jobs)) or 1)
-        results = pool.imap(run, jobs, chunksize=1)
-    try:
-        for job, err in zip(jobs, results, strict=True):
-            if err:
-                errors[job] = err
-            if on_done:
-                on_done(job, err)
-    finally:
-        if workers > 1:
-            pool.close()
-            pool.join()
-    return errors
-
-
-# --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
 InputsFactory = Callable[[BenchShape, int], GemmInputs]  # (shape, copies) -> inputs
@@ -547,56 +313,24 @@ def run_kernel_bench(
     finite result within :data:`SANITY_REL_ERR` of the fp32 reference (Helion: any result, its
     error vs ``tolerance(fmt, out_dtype)`` sets ``ok``) and times without raising. A provider with no
     candidate for the format gives no row; one whose candidates all fail gives a row with kernel
-    ``-`` and the reasons. ``shared``: the provenance fields (:func:`provenance`) of every row."""
-    from hlcore.testing import rel_error
-
-    shared = dict(shared or {})
+    ``-`` and the reasons. ``shared``: the provenance fields (:func:`hltools.results.provenance`)
+    of every row."""
+    shared = {k: v for k, v in (shared or {}).items() if k in FIELDS}
     results: list[BenchResult] = []
     for shape in shapes:
         if on_shape:
             on_shape(shape)
-        inputs = inputs_for(shape, copies_for(shape.n, shape.k))
-        prepared: dict[str, PreparedGemm | Exception] = {}
-        out_dtype = _dtype_name(inputs.out_dtype)
-        out_bytes = torch.finfo(inputs.out_dtype).bits // 8
+        run = _ShapeRun(shape, inputs_for(shape, copies_for(shape.n, shape.k)), timer)
+        fields = {"copies": len(run.inputs.weights), "repeats": repeats, **shared}
         for m in shape.ms:
-            ref = inputs.reference(m)
-            rows = []
-            for provider, chain in candidates.items():
-                usable = [c for c in chain if shape.fmt in c.formats]
-                if not usable:
-                    continue
-                row = BenchResult(
-                    shape.model, shape.layer, shape.fmt, provider, "-", m, shape.n, shape.k, shape.tp,
-                    out_dtype, copies=len(inputs.weights), repeats=repeats,
-                    **{k: v for k, v in shared.items() if k in FIELDS},
-                )  # fmt: skip
-                reasons = []
-                for cand in usable:
-                    try:
-                        reason = _run_candidate(cand, inputs, m, ref, prepared, timer, row, rel_error)
-                    except Exception as exc:  # noqa: BLE001 - a failing kernel is a result, not a crash
-                        reason = f"{type(exc).__name__}: {exc}"
-                    if reason is None:
-                        break
-                    reasons.append(f"{cand.kernel}: {reason}"[:300])
-                    row.kernel, row.config = "-", ""
-                    row.median_us = row.p20_us = row.p80_us = row.rel_err = None
-                if reasons:
-                    row.note = ("skipped " if row.kernel != "-" else "failed: ") + "; ".join(reasons)
-                if row.median_us is not None:
-                    row.gbps = gemm_bytes(shape.fmt, m, shape.n, shape.k, out_bytes) / (row.median_us * 1e3)
-                    if bandwidth_gbs:
-                        row.roofline_pct = 100.0 * row.gbps / bandwidth_gbs
-                    row.ok = True
-                    if provider == "helion" and tolerance is not None and row.rel_err is not None:
-                        tol = tolerance(shape.fmt, inputs.out_dtype)
-                        if not row.rel_err <= tol:
-                            row.ok = False
-                            row.note = (row.note + "; " if row.note else "") + (
-                                f"relative error {row.rel_err:.3g} above the tolerance {tol:.1g}"
-                            )
-                rows.append(row)
+            ref = run.inputs.reference(m)
+            rows = [
+                _provider_row(run, m, ref, provider, usable, fields)
+                for provider, chain in candidates.items()
+                if (usable := supported(chain, shape.fmt))
+            ]
+            for row in rows:
+                _judge(row, run.inputs.out_dtype, bandwidth_gbs, tolerance)
             base = next((r.median_us for r in rows if r.provider == "vllm" and r.median_us), None)
             for r in rows:
                 if base and r.median_us:
@@ -604,21 +338,77 @@ def run_kernel_bench(
                 if on_result:
                     on_result(r)
             results += rows
-        del inputs, prepared
+        del run  # the inputs and prepared weights of this shape
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return results
 
 
-def _run_candidate(cand, inputs, m, ref, prepared, timer, row, rel_error) -> str | None:
-    """Fill ``row`` from ``cand`` at ``m``; return None on success, else why it was skipped."""
-    key = cand.kernel
-    if key not in prepared:
+def supported(chain: Sequence[Candidate], fmt: str) -> list[Candidate]:
+    """The candidates of ``chain`` that handle ``fmt``, in order."""
+    return [c for c in chain if fmt in c.formats]
+
+
+@dataclass
+class _ShapeRun:
+    """One shape's inputs and its candidates prepared so far (or the exception that prevented it)."""
+
+    shape: BenchShape
+    inputs: GemmInputs
+    timer: Timer
+    prepared: dict[str, PreparedGemm | Exception] = field(default_factory=dict)
+
+
+def _provider_row(run: _ShapeRun, m: int, ref, provider: str, usable, fields) -> BenchResult:
+    """``provider``'s row at ``m``: its first candidate that runs, or kernel ``-`` and every reason."""
+    s = run.shape
+    out_dtype = _dtype_name(run.inputs.out_dtype)
+    row = BenchResult(s.model, s.layer, s.fmt, provider, "-", m, s.n, s.k, s.tp, out_dtype, **fields)
+    reasons = []
+    for cand in usable:
         try:
-            prepared[key] = cand.prepare(inputs)
+            reason = _run_candidate(cand, run, m, ref, row)
+        except Exception as exc:  # noqa: BLE001 - a failing kernel is a result, not a crash
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason is None:
+            break
+        reasons.append(f"{cand.kernel}: {reason}"[:300])
+        row.kernel, row.config = "-", ""
+        row.median_us = row.p20_us = row.p80_us = row.rel_err = None
+    if reasons:
+        row.note = ("skipped " if row.kernel != "-" else "failed: ") + "; ".join(reasons)
+    return row
+
+
+def _judge(row: BenchResult, out_dtype: torch.dtype, bandwidth_gbs, tolerance) -> None:
+    """A timed row's GB/s, % of the copy bandwidth and ``ok`` (Helion: within ``tolerance``)."""
+    if row.median_us is None:
+        return
+    out_bytes = torch.finfo(out_dtype).bits // 8
+    row.gbps = gemm_bytes(row.format, row.m, row.n, row.k, out_bytes) / (row.median_us * 1e3)
+    if bandwidth_gbs:
+        row.roofline_pct = 100.0 * row.gbps / bandwidth_gbs
+    row.ok = True
+    if row.provider == "helion" and tolerance is not None and row.rel_err is not None:
+        tol = tolerance(row.format, out_dtype)
+        if not row.rel_err <= tol:
+            row.ok = False
+            row.note = (row.note + "; " if row.note else "") + (
+                f"relative error {row.rel_err:.3g} above the tolerance {tol:.1g}"
+            )
+
+
+def _run_candidate(cand: Candidate, run: _ShapeRun, m: int, ref, row: BenchResult) -> str | None:
+    """Fill ``row`` from ``cand`` at ``m``; return None on success, else why it was skipped."""
+    from hlcore.testing import rel_error
+
+    key = cand.kernel
+    if key not in run.prepared:
+        try:
+            run.prepared[key] = cand.prepare(run.inputs)
         except Exception as exc:  # noqa: BLE001
-            prepared[key] = exc
-    prep = prepared[key]
+            run.prepared[key] = exc
+    prep = run.prepared[key]
     if isinstance(prep, Exception):
         return f"unavailable ({type(prep).__name__}: {prep})"
     calls = list(prep(m))
@@ -628,213 +418,11 @@ def _run_candidate(cand, inputs, m, ref, prepared, timer, row, rel_error) -> str
     if cand.provider != "helion" and not row.rel_err <= SANITY_REL_ERR:
         return f"wrong result (relative error {row.rel_err:.3g} vs the fp32 reference)"
     if cand.config is not None:
-        row.config = cand.config(inputs, m)
-    t = timer(calls)
+        row.config = cand.config(run.inputs, m)
+    t = run.timer(calls)
     row.median_us, row.p20_us, row.p80_us = t.median_us, t.p20_us, t.p80_us
     return None
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
-
-
-# --------------------------------------------------------------------------------------------
-# Summaries
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Speedup:
-    """Helion vs a baseline at one (model, format, layer, M): ``value`` = baseline µs / Helion µs."""
-
-    model: str
-    format: str
-    layer: str
-    m: int
-    n: int
-    k: int
-    baseline: str  # the baseline's kernel
-    value: float
-
-
-def speedups(results: Iterable[BenchResult], baseline: str = "vllm") -> list[Speedup]:
-    """Helion's speedup over ``baseline`` (a provider) at every point where both were timed."""
-    results = list(results)
-    base = {_point(r): r for r in results if r.provider == baseline and r.median_us}
-    out = []
-    for r in results:
-        b = base.get(_point(r))
-        if r.provider == "helion" and r.median_us and b is not None:
-            out.append(
-                Speedup(r.model, r.format, r.layer, r.m, r.n, r.k, b.kernel, b.median_us / r.median_us)
-            )
-    return out
-
-
-def _point(r: BenchResult) -> tuple:
-    return (r.model, r.format, r.layer, r.n, r.k, r.m, r.tp, r.out_dtype)
-
-
-def geomean(values: Iterable[float]) -> float | None:
-    """Geometric mean of the positive finite values (None when there are none)."""
-    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    return statistics.geometric_mean(vals) if vals else None
-
-
-def geomean_by_format(results: Iterable[BenchResult], baseline: str = "vllm") -> dict[str, float]:
-    """Format -> geomean of Helion's speedups over ``baseline`` (formats without any left out)."""
-    groups: dict[str, list[float]] = {}
-    for s in speedups(results, baseline):
-        groups.setdefault(s.format, []).append(s.value)
-    return {fmt: g for fmt, vals in groups.items() if (g := geomean(vals)) is not None}
-
-
-# --------------------------------------------------------------------------------------------
-# Files
-# --------------------------------------------------------------------------------------------
-def write_json(path: Path, payload: Mapping[str, Any]) -> None:
-    """Atomic JSON write: sorted keys, indent 2, trailing newline (NaN written as null)."""
-    write_text_atomic(Path(path), json.dumps(_nan_to_none(payload), indent=2, sort_keys=True) + "\n")
-
-
-def _nan_to_none(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, Mapping):
-        return {k: _nan_to_none(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_nan_to_none(v) for v in x]
-    return x
-
-
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> None:
-    """Atomic CSV write with a header row; None and NaN are written as empty cells."""
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if _nan_to_none(v) is None else v) for k, v in r.items()})
-    write_text_atomic(Path(path), buf.getvalue())
-
-
-def write_results(
-    output: Path, results: Sequence[BenchResult], metadata: Mapping[str, Any]
-) -> dict[str, Path]:
-    """``output/kernels.json`` (``{"metadata", "geomean_speedup", "results"}``), ``kernels.csv`` (one
-    row per result, :class:`BenchResult` field order) and ``kernels.md`` (summary tables)."""
-    output = Path(output)
-    payload = {
-        "metadata": dict(metadata),
-        "geomean_speedup": {
-            b: geomean_by_format(results, b) for b in BASELINES if any(r.provider == b for r in results)
-        },
-        "results": [r.to_dict() for r in results],
-    }
-    paths = {"json": output / RESULTS_JSON, "csv": output / RESULTS_CSV, "md": output / SUMMARY_MD}
-    write_json(paths["json"], payload)
-    write_csv(paths["csv"], [r.to_dict() for r in results], FIELDS)
-    write_text_atomic(paths["md"], summary_markdown(results, metadata))
-    return paths
-
-
-def read_results(path: Path) -> tuple[dict[str, Any], list[BenchResult]]:
-    """``(metadata, results)`` of a ``kernels.json`` (or a directory holding one) or a ``kernels.csv``
-    (metadata empty). Raises ``FileNotFoundError``/``ValueError`` for a missing or malformed file."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / RESULTS_JSON
-    if path.suffix == ".csv":
-        with path.open(newline="") as f:
-            return {}, [BenchResult.from_dict(r) for r in csv.DictReader(f)]
-    try:
-        payload = json.loads(path.read_text())
-        return dict(payload.get("metadata", {})), [BenchResult.from_dict(r) for r in payload["results"]]
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(
-            f"{path}: not a kernel benchmark result file ({type(exc).__name__}: {exc})"
-        ) from None
-
-
-def _f(v: float | None, spec: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
-
-
-def table_rows(results: Sequence[BenchResult]) -> list[dict[str, str]]:
-    """One row per (model, format, layer, M): the providers' medians side by side, Helion's speedups
-    and share of the copy bandwidth (strings, for the printed and the markdown tables)."""
-    points: dict[tuple, dict[str, BenchResult]] = {}
-    for r in results:
-        points.setdefault(_point(r), {})[r.provider] = r
-    out = []
-    for (model, fmt, layer, n, k, m, _tp, _dt), by in points.items():
-        h, v, t = by.get("helion"), by.get("vllm"), by.get("torch")
-        out.append(
-            {
-                "model": model,
-                "format": fmt,
-                "layer": layer,
-                "N": str(n),
-                "K": str(k),
-                "M": str(m),
-                "Helion µs": _f(h.median_us if h else None, ".1f"),
-                "vLLM µs": _f(v.median_us if v else None, ".1f"),
-                "vLLM kernel": _short_kernel(v.kernel) if v else "-",
-                "torch µs": _f(t.median_us if t else None, ".1f"),
-                "vs vLLM": _f(h.speedup_vs_vllm if h else None, ".2f"),
-                "vs torch": _f(_ratio(t, h), ".2f"),
-                "Helion % HBM": _f(h.roofline_pct if h else None, ".0f"),
-            }
-        )
-    return out
-
-
-def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}×"
-
-
-def _ratio(base: BenchResult | None, r: BenchResult | None) -> float | None:
-    return base.median_us / r.median_us if base and r and base.median_us and r.median_us else None
-
-
-def _short_kernel(kernel: str) -> str:
-    return kernel.removeprefix("vllm ").replace("block ", "").replace("deep_gemm fp8_gemm_nt", "deep_gemm")
-
-
-def summary_markdown(results: Sequence[BenchResult], metadata: Mapping[str, Any]) -> str:
-    """Markdown: provenance line, geomean speedup per format, one table per format."""
-    results = list(results)
-    lines = ["# Kernel benchmark", ""]
-    meta = {k: metadata.get(k) for k in ("gpu", "torch", "triton", "helion", "vllm", "commit", "date")}
-    lines.append(" · ".join(f"{k} {v}" for k, v in meta.items() if v))
-    if metadata.get("copy_bandwidth_gbs"):
-        lines.append(f"\nMeasured copy bandwidth: {metadata['copy_bandwidth_gbs']:.0f} GB/s.")
-    if metadata.get("command"):
-        lines.append(f"\nCommand: `{metadata['command']}`")
-    lines += [
-        "",
-        "| format | geomean vs vLLM | geomean vs torch._scaled_mm | points |",
-        "| --- | --- | --- | --- |",
-    ]
-    gv, gt = geomean_by_format(results, "vllm"), geomean_by_format(results, "torch")
-    for fmt in dict.fromkeys(r.format for r in results):
-        n = len([s for s in speedups(results, "vllm") if s.format == fmt])
-        lines.append(f"| {fmt} | {_x(gv.get(fmt))} | {_x(gt.get(fmt))} | {n} |")
-    rows = table_rows(results)
-    for fmt in dict.fromkeys(r["format"] for r in rows):
-        sub = [r for r in rows if r["format"] == fmt]
-        cols = [c for c in sub[0] if c != "format"]
-        lines += ["", f"## {fmt}", "", "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-        lines += ["| " + " | ".join(r[c] for c in cols) + " |" for r in sub]
-    notes: dict[tuple[str, str, str], list[str]] = {}  # (format, provider, note) -> points
-    for r in results:
-        if r.note:
-            notes.setdefault((r.format, r.provider, r.note), []).append(f"{r.model} {r.layer} M={r.m}")
-    if notes:
-        lines += ["", "## Notes", ""]
-        lines += [f"- {fmt} {prov} ({', '.join(pts)}): {note}" for (fmt, prov, note), pts in notes.items()]
-    return "\n".join(lines) + "\n"
-
-
-def failures(results: Iterable[BenchResult]) -> list[BenchResult]:
-    """Helion rows that did not run, were not timed or exceeded the tolerance."""
-    return [r for r in results if r.provider == "helion" and not r.ok]

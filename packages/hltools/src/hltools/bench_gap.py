@@ -28,14 +28,13 @@ the fastest of its kernels that only read the [N, K] weight once, timed like the
 it; a better-streaming read kernel would lower the floor), the best geomean a kernel as fast
 as that read would give, and how close to the read Helion is and would have to be.
 
-Pure functions on :class:`hltools.bench.BenchResult` rows; ``kernels.json.gz`` is read too (the
-night runs are committed compressed).
+Pure functions on :class:`hltools.kernel_results.BenchResult` rows, read with
+:func:`hltools.kernel_results.read_results` (``kernels.json.gz`` too: the night runs are committed
+compressed); the tables are :class:`hltools.results.ResultTable` (printed and written the same).
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hltools.bench import BenchResult, gemm_bytes, geomean, read_results
+from hltools.bench import gemm_bytes
+from hltools.kernel_results import BenchResult, point, results_path
+from hltools.results import ResultTable, cell, geomean, read_json
 
 DEFAULT_TARGET = 1.25
 BIG_WEIGHT_BYTES = 16 * 2**20  # issue 4: "weights >= 16 MB" (Qwen3-8B's o, 4096 x 4096 fp8, is exactly this)
@@ -54,33 +55,6 @@ VERDICTS = ("met", "needs", "beyond")
 # --------------------------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------------------------
-def resolve_path(path: Path) -> Path:
-    """``path`` itself, its ``kernels.json`` when a directory, or the ``.gz`` next to a missing file."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "kernels.json"
-    if not path.exists() and path.with_name(path.name + ".gz").exists():
-        path = path.with_name(path.name + ".gz")
-    return path
-
-
-def load(path: Path) -> tuple[dict[str, Any], list[BenchResult]]:
-    """``(metadata, results)`` of a ``kernels.json``, ``kernels.json.gz``, ``kernels.csv`` or a directory
-    holding one. Raises ``FileNotFoundError`` / ``ValueError`` like :func:`hltools.bench.read_results`."""
-    path = resolve_path(path)
-    if path.suffix != ".gz":
-        return read_results(path)
-    try:
-        payload = json.loads(gzip.decompress(path.read_bytes()))
-        return dict(payload.get("metadata", {})), [BenchResult.from_dict(r) for r in payload["results"]]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise ValueError(
-            f"{path}: not a kernel benchmark result file ({type(exc).__name__}: {exc})"
-        ) from None
-
-
 def copy_bandwidth_gbs(metadata: Mapping[str, Any], results: Iterable[BenchResult]) -> float | None:
     """The copy bandwidth the run measured: ``metadata["copy_bandwidth_gbs"]``, else recovered from the
     rows (``gbps / roofline_pct * 100``, median), else None."""
@@ -93,7 +67,7 @@ def copy_bandwidth_gbs(metadata: Mapping[str, Any], results: Iterable[BenchResul
 
 def file_label(path: Path) -> str:
     """``<date dir>/<run dir>`` of a result file, e.g. ``2026-11-30-night/kernels-tp2``."""
-    parent = resolve_path(path).parent
+    parent = results_path(path).parent
     return f"{parent.parent.name}/{parent.name}" if parent.parent.name else parent.name
 
 
@@ -168,10 +142,6 @@ class GapRow:
         return f"beyond copy bandwidth (floor allows {self.floor_speedup:.3f}×)"
 
 
-def _key(r: BenchResult) -> tuple:
-    return (r.model, r.format, r.layer, r.n, r.k, r.m, r.tp, r.out_dtype)
-
-
 def gap_rows(
     results: Iterable[BenchResult], copy_bw_gbs: float, target: float = DEFAULT_TARGET, file: str = ""
 ) -> tuple[list[GapRow], int]:
@@ -189,7 +159,7 @@ def gap_rows(
         if not r.median_us or r.median_us <= 0:
             skipped += 1
             continue
-        by.setdefault(_key(r), {})[r.provider] = r
+        by.setdefault(point(r), {})[r.provider] = r
     out = []
     for (model, fmt, layer, n, k, m, tp, out_dtype), pair in by.items():
         h, v = pair.get("helion"), pair.get("vllm")
@@ -355,10 +325,6 @@ def fit_by_format(rows: Sequence[GapRow]) -> list[FormatFit]:
 # --------------------------------------------------------------------------------------------
 # Tables (strings, shared by the printed and the markdown output)
 # --------------------------------------------------------------------------------------------
-def _f(v: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if v is None or not math.isfinite(v) else format(v, spec) + suffix
-
-
 def point_table(rows: Sequence[GapRow]) -> list[dict[str, str]]:
     return [
         {
@@ -387,16 +353,16 @@ def summary_table(summaries: Sequence[Summary]) -> list[dict[str, str]]:
             "vLLM kernel": s.vllm_kernel.removeprefix("vllm ").replace("block ", ""),
             "copy GB/s": f"{s.copy_bw_gbs:.0f}",
             "points": str(s.points),
-            "geomean": _f(s.geomean, ".3f", "×"),
-            "as dispatched": _f(s.dispatched, ".3f", "×"),
-            "floor-limited best": _f(s.floor_best, ".3f", "×"),
+            "geomean": cell(s.geomean, ".3f", "×"),
+            "as dispatched": cell(s.dispatched, ".3f", "×"),
+            "floor-limited best": cell(s.floor_best, ".3f", "×"),
             "slower": str(s.slower),
             "% copy BW ≥16 MiB Helion / vLLM (points)": (
-                f"{_f(s.helion_big_pct, '.0f')} / {_f(s.vllm_big_pct, '.0f')} % ({s.big_points})"
+                f"{cell(s.helion_big_pct, '.0f')} / {cell(s.vllm_big_pct, '.0f')} % ({s.big_points})"
             ),
             "met / needs / beyond": " / ".join(str(s.counts.get(v, 0)) for v in VERDICTS),
-            "needs: gap µs median / max": f"{_f(s.median_gap_us, '.2f')} / {_f(s.max_gap_us, '.2f')}",
-            "needs: min budget µs": _f(s.min_budget_us, ".2f"),
+            "needs: gap µs median / max": f"{cell(s.median_gap_us, '.2f')} / {cell(s.max_gap_us, '.2f')}",
+            "needs: min budget µs": cell(s.min_budget_us, ".2f"),
         }
         for s in summaries
     ]
@@ -407,17 +373,17 @@ def fit_table(fits: Sequence[FormatFit]) -> list[dict[str, str]]:
     for f in fits:
         row = {"format": f.format, "points": str((f.helion or f.vllm).n if (f.helion or f.vllm) else 0)}
         for name, fit in (("Helion", f.helion), ("vLLM", f.vllm)):
-            row[f"{name} BW_eff TB/s"] = _f(fit.bw_gbs / 1e3 if fit else None, ".2f")
-            row[f"{name} c µs"] = _f(fit.c_us if fit else None, ".2f")
+            row[f"{name} BW_eff TB/s"] = cell(fit.bw_gbs / 1e3 if fit else None, ".2f")
+            row[f"{name} c µs"] = cell(fit.c_us if fit else None, ".2f")
             row[f"{name} resid rms (min / max) µs"] = (
                 f"{fit.rms_us:.2f} ({fit.min_resid_us:+.2f} / {fit.max_resid_us:+.2f})" if fit else "-"
             )
         row["not beyond"] = str(f.reachable)
         row["c needed at Helion BW: median / all keys µs"] = (
-            f"{_f(f.c_need_median_us, '.2f')} / {_f(f.c_need_all_us, '.2f')}"
+            f"{cell(f.c_need_median_us, '.2f')} / {cell(f.c_need_all_us, '.2f')}"
         )
         row["c needed at copy BW: median / all keys µs"] = (
-            f"{_f(f.c_floor_median_us, '.2f')} / {_f(f.c_floor_all_us, '.2f')}"
+            f"{cell(f.c_floor_median_us, '.2f')} / {cell(f.c_floor_all_us, '.2f')}"
         )
         out.append(row)
     return out
@@ -430,16 +396,12 @@ def load_read_floor(path: Path) -> tuple[dict[str, Any], dict[tuple[int, int], f
     """``(metadata, {(N, K): µs})`` of a ``stream_floor.json``: ``read`` rows with ``n``, ``k`` and
     ``best_us`` (the fastest weight-read kernel per shape). Raises ``FileNotFoundError`` or
     ``ValueError`` (naming the file) when it cannot be read or has no such rows."""
-    path = Path(path)
+    what = "stream_floor.json with read rows of n, k, best_us"
+    payload = read_json(path, what)
     try:
-        payload = json.loads(path.read_text())
         floor = {(int(r["n"]), int(r["k"])): float(r["best_us"]) for r in payload["read"]}
-    except FileNotFoundError:
-        raise
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise ValueError(
-            f"{path}: not a stream_floor.json with read rows of n, k, best_us ({type(exc).__name__}: {exc})"
-        ) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a {what} ({type(exc).__name__}: {exc})") from None
     if not floor or not all(t > 0 for t in floor.values()):
         raise ValueError(f"{path}: no positive read times in its 'read' rows")
     return {k: v for k, v in payload.items() if k != "read"}, floor
@@ -493,24 +455,22 @@ def read_floor_table(summaries: Sequence[ReadFloorSummary]) -> list[dict[str, st
             "format": s.format,
             "points (no floor)": f"{s.points} ({s.missing})",
             "beyond a weight read": str(s.beyond_read),
-            "read-limited best (= vLLM / read)": _f(s.read_best, ".3f", "×"),
-            "Helion / read": _f(s.helion_ratio, ".3f", "×"),
-            "Helion / read needed": _f(s.helion_ratio_needed, ".3f", "×"),
-            "Helion − read median µs": _f(s.median_helion_over_read_us, ".2f"),
+            "read-limited best (= vLLM / read)": cell(s.read_best, ".3f", "×"),
+            "Helion / read": cell(s.helion_ratio, ".3f", "×"),
+            "Helion / read needed": cell(s.helion_ratio_needed, ".3f", "×"),
+            "Helion − read median µs": cell(s.median_helion_over_read_us, ".2f"),
         }
         for s in summaries
     ]
 
 
-def _md_table(rows: Sequence[Mapping[str, str]]) -> list[str]:
-    if not rows:
-        return ["(none)"]
-    cols = list(rows[0])
-    return [
-        "| " + " | ".join(cols) + " |",
-        "|" + " --- |" * len(cols),
-        *("| " + " | ".join(r[c] for c in cols) + " |" for r in rows),
-    ]
+#: The columns of the gap tables justified left (the others hold numbers).
+LEFT = ("file", "format", "model", "layer", "vLLM kernel", "verdict")
+
+
+def table(rows: Sequence[Mapping[str, str]], title: str = "") -> ResultTable:
+    """A gap table (:func:`point_table`, :func:`summary_table`...) to print or write."""
+    return ResultTable.of_dicts(title, rows, left=LEFT, fold=True)
 
 
 def markdown(
@@ -544,7 +504,7 @@ def markdown(
         "",
         "## Summary per file and format",
         "",
-        *_md_table(summary_table(summaries)),
+        *table(summary_table(summaries)).markdown(),
         "",
         "## Fit t = bytes / BW_eff + c (least squares, per format over all files)",
         "",
@@ -553,7 +513,7 @@ def markdown(
         " the run's copy bandwidth (need − floor). Negative: not reachable at that bandwidth even with no"
         " fixed cost.",
         "",
-        *_md_table(fit_table(fits)),
+        *table(fit_table(fits)).markdown(),
     ]
     if read_floor:
         lines += [
@@ -569,11 +529,11 @@ def markdown(
             " Read-limited best: geomean vLLM µs / read µs (the speedup of a GEMM as fast as the read). Helion / read"
             f" needed: the geomean Helion µs / read µs that gives {target:g}× on the geomean.",
             "",
-            *_md_table(read_floor_table(read_floor)),
+            *table(read_floor_table(read_floor)).markdown(),
         ]
     groups: dict[tuple[str, str], list[GapRow]] = {}
     for r in rows:
         groups.setdefault((r.file, r.format), []).append(r)
     for (file, fmt), rs in groups.items():
-        lines += ["", f"## {file}: {fmt}", "", *_md_table(point_table(rs))]
+        lines += ["", f"## {file}: {fmt}", "", *table(point_table(rs)).markdown()]
     return "\n".join(lines) + "\n"

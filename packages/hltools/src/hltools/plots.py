@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hltools.bench import BenchResult, geomean, speedups
+from hltools.kernel_results import BenchResult, speedups
+from hltools.results import PROVENANCE_FIELDS, geomean
 
 #: Per extra e2e setting (:data:`hltools.e2e.EXTRA_SETTINGS`): tokens/s and ratio style (marker,
 #: colour), per-token latency ratio style. Settings not listed get matplotlib's next colours.
@@ -63,7 +64,7 @@ def _meta_of(results: Sequence[BenchResult], meta: Mapping[str, Any] | None) -> 
     out = dict(meta or {})
     if results:
         r = results[0]
-        for key in ("gpu", "torch", "triton", "helion", "vllm", "commit", "date"):
+        for key in PROVENANCE_FIELDS:
             out.setdefault(key, getattr(r, key))
     return out
 

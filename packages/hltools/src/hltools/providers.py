@@ -54,7 +54,8 @@ from typing import ClassVar
 
 import torch
 
-FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
+from hltools.format_names import FORMATS
+
 BLOCK = (128, 128)
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 

@@ -26,6 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hltools.results import ResultTable
+
 _MODELS_DIR = "models"
 
 
@@ -47,6 +49,31 @@ def _embedded() -> dict[str, Any]:
 def list_models() -> list[str]:
     """Names of the embedded model configs, sorted (e.g. ``"qwen3-8b"``, ``"llama-3.1-70b"``)."""
     return sorted(_embedded())
+
+
+#: ``--list-models``' columns: (heading, config.json key).
+MODEL_FIELDS = (
+    ("hidden", "hidden_size"),
+    ("intermediate", "intermediate_size"),
+    ("q heads", "num_attention_heads"),
+    ("kv heads", "num_key_value_heads"),
+    ("head_dim", "head_dim"),
+    ("layers", "num_hidden_layers"),
+)
+
+
+def models_table() -> ResultTable:
+    """The embedded models: architecture and the config fields that set their linear shapes."""
+    rows = []
+    for name in list_models():
+        c = load_model_config(name)
+        rows.append(
+            [name, ",".join(c.get("architectures", [])), *(str(c.get(key)) for _, key in MODEL_FIELDS)]
+        )
+    columns = ["model", "architecture", *(heading for heading, _ in MODEL_FIELDS)]
+    return ResultTable(
+        "embedded models (hltools/models/*.json)", columns, rows, left=("model", "architecture")
+    )
 
 
 def load_model_config(name_or_path: str | Path) -> dict[str, Any]:

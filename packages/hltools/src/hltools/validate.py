@@ -38,16 +38,18 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
 from hlcore.testing import max_abs_error, rel_error, tolerance
 from hltools.providers import ScaledMMProvider, vllm_default
+from hltools.results import ResultTable, cell
+from hltools.shapes import LinearShape
 
 FORMAT = "fp8_dynamic"  # the default format
-FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
 MIN_TOKENS_DRAWN = 32  # activations drawn per layer, at least (see module docstring)
 MIN_SCALED_DIM = 32
 
@@ -100,21 +102,15 @@ def _random_weights(
     n: int, k: int, copies: int, device: torch.device, seed: int, fmt: str = FORMAT
 ) -> list[tuple]:
     """``copies`` independent ``N(0, 0.05)`` weights quantized as ``fmt`` stores them: ``(B [K, N]
-    col-major, scale_b)`` each (per channel ``[N, 1]`` or 128x128 blocks), drawn on ``device``
-    (never zeros)."""
-    from hlcore import quant
+    col-major, scale_b)`` each (per channel ``[N, 1]`` or 128x128 blocks,
+    :func:`hltools.bench.quantize_weight`), drawn on ``device`` (never zeros)."""
+    from hltools.bench import quantize_weight
 
-    quantize = {
-        "fp8_dynamic": quant.per_channel_fp8_quant_ref,
-        "w8a8_int8": quant.per_token_int8_quant_ref,
-        "block_fp8": lambda w: quant.per_block_fp8_quant_ref(w, (128, 128)),
-    }[fmt]
     gen = torch.Generator(device=device).manual_seed(seed)
     out = []
     for _ in range(copies):
         w = torch.randn((n, k), generator=gen, device=device, dtype=torch.float32).mul_(0.05)
-        w_q, scale_b = quantize(w.to(torch.bfloat16))
-        out.append((w_q.t(), scale_b))
+        out.append(quantize_weight(fmt, w.to(torch.bfloat16)))
     return out
 
 
@@ -228,6 +224,63 @@ def validate_layer(
                 row.note = f"Helion timing failed: {type(exc).__name__}: {exc}"[:300]
         rows.append(row)
     return rows
+
+
+def validate_format(
+    fmt: str,
+    shapes: Sequence[LinearShape],
+    num_tokens: Sequence[int],
+    out_dtype: torch.dtype,
+    *,
+    device: str | torch.device,
+    seed: int = 0,
+    cpu_scale: int | None = None,
+    fallback: ScaledMMProvider | None = None,
+    bandwidth_gbs: float | None = None,
+    on_layer: Callable[[str, int, int], None] | None = None,
+) -> list[Row]:
+    """:func:`validate_layer` of ``fmt`` on every shape (N and K :func:`scaled_down` by ``cpu_scale``
+    when it is given); ``on_layer(name, N, K)`` before each."""
+    device = torch.device(device)
+    rows: list[Row] = []
+    for shape in shapes:
+        n, k = shape.n, shape.k
+        if cpu_scale is not None:
+            n, k = scaled_down(n, cpu_scale), scaled_down(k, cpu_scale)
+        if on_layer:
+            on_layer(shape.name, n, k)
+        rows += validate_layer(
+            shape.name, n, k, num_tokens, out_dtype, device=device, seed=seed, model_nk=(shape.n, shape.k),
+            fallback=fallback, bandwidth_gbs=bandwidth_gbs, fmt=fmt,
+        )  # fmt: skip
+    return rows
+
+
+def result_table(rows: Sequence[Row], provider: str | None, fmt: str = FORMAT) -> ResultTable:
+    """The rows of one format; ``provider`` (the fallback's name) set adds the comparison with it
+    and the timing (GPU runs)."""
+    title = f"{fmt}: Helion scaled_mm vs fp32 reference" + (f" and {provider}" if provider else "")
+    columns = ["layer", "N", "K", "M", "max abs err", "rel err", "tolerance"]
+    if provider:
+        columns += [f"rel err vs {provider}", "Helion µs", f"{provider} µs", "speedup", "% HBM roofline"]
+    cells = []
+    for r in rows:
+        row = [r.layer, str(r.n), str(r.k), str(r.m), cell(r.max_abs_err, ".3g"), cell(r.rel_err, ".2e")]
+        row.append(f"{r.tolerance:.1e}")
+        if provider:
+            row += [cell(r.fallback_rel_err, ".2e"), cell(r.helion_us, ".1f"), cell(r.fallback_us, ".1f")]
+            row += [cell(r.speedup, ".2f"), cell(r.roofline_pct, ".0f")]
+        cells.append([*row, "[green]PASS" if r.passed else "[bold red]FAIL"])
+    return ResultTable(title, [*columns, "status"], cells, left=("layer", "status"))
+
+
+def summary_line(fmt: str, rows: Sequence[Row], provider: str = "") -> str:
+    """``<format>: <passed>/<rows> rows passed[; geomean speedup vs <provider>: <x>x]``."""
+    line = f"{fmt}: {sum(r.passed for r in rows)}/{len(rows)} rows passed"
+    speedups = [r.speedup for r in rows if r.speedup]
+    if speedups:
+        line += f"; geomean speedup vs {provider}: {statistics.geometric_mean(speedups):.2f}x"
+    return line
 
 
 def repro_command(

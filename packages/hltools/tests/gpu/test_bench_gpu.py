@@ -5,7 +5,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from hltools import bench
+from hltools import bench, kernel_results
 from hltools.cli import app
 
 pytestmark = pytest.mark.gpu
@@ -17,7 +17,7 @@ def test_bench_kernels_cli_tiny_model(tmp_path, tiny_model_config):
     args = ["bench", "kernels", "--model", str(config), "--num-tokens", "1,3,16", "--repeats", "5"]
     result = CliRunner().invoke(app, [*args, "--jobs", "2", "--output", str(out)])
     assert result.exit_code == 0, result.output
-    meta, results = bench.read_results(out)
+    meta, results = kernel_results.read_results(out)
     assert meta["copy_bandwidth_gbs"] > 100 and meta["precompile_s"] >= 0
     assert len([r for r in results if r.provider == "helion"]) == 3 * 4 * 3
     for r in results:
@@ -26,7 +26,7 @@ def test_bench_kernels_cli_tiny_model(tmp_path, tiny_model_config):
     assert kernels[("fp8_dynamic", "vllm")] == kernels[("w8a8_int8", "vllm")] == "vllm cutlass_scaled_mm"
     assert kernels[("block_fp8", "vllm")].startswith("vllm block ")
     assert kernels[("fp8_dynamic", "torch")] == "torch._scaled_mm"
-    assert set(bench.geomean_by_format(results)) == set(bench.FORMATS)
+    assert set(kernel_results.geomean_by_format(results)) == set(bench.FORMATS)
     assert "geomean speedup of Helion vs vLLM's default kernel" in result.output
 
 

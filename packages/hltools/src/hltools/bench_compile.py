@@ -1,0 +1,141 @@
+"""Parallel precompile for ``hltools bench kernels``: compile every Helion config (and DeepGEMM shape)
+the timed loop will run in spawned processes first, so the loop finds Triton's and DeepGEMM's
+on-disk caches warm and its timing never waits for a compiler.
+
+This module imports torch; helion and vLLM only inside functions.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from hltools import providers
+from hltools.bench import BLOCK, BenchShape, Candidate, GemmInputs
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """Compile one kernel for a (format, N, K) at the given Ms: ``kind`` ``helion`` (``config``: the
+    picked config's JSON) or ``deep_gemm`` (vLLM's DeepGEMM JIT)."""
+
+    kind: str
+    fmt: str
+    n: int
+    k: int
+    ms: tuple[int, ...]
+    config: str = ""
+    out_dtype: str = "bf16"
+
+
+def compile_jobs(
+    shapes: Sequence[BenchShape],
+    *,
+    out_dtype: str = "bf16",
+    candidates: Mapping[str, Sequence[Candidate]] | None = None,
+    pick: Callable[[str, int, int, int], str] | None = None,
+) -> list[CompileJob]:
+    """One Helion job per (format, N, K, picked config) with the Ms that use it (Triton specializes
+    M = 1, multiples of 16 and the rest: all of them run), and one DeepGEMM job per block-FP8 (N, K)
+    when DeepGEMM is among the vLLM candidates. ``pick(fmt, m, n, k) -> config JSON`` defaults to
+    :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` for the current GPU."""
+    if pick is None:
+        from hlcore.scaled_mm_config import pick_scaled_mm_config
+
+        def pick(fmt, m, n, k):
+            return pick_scaled_mm_config(fmt, m, n, k).config_json
+
+    kernels = {c.kernel for cs in (candidates or {}).values() for c in cs}
+    jobs: dict[tuple, list[int]] = {}
+    for s in shapes:
+        for m in s.ms:
+            jobs.setdefault(("helion", s.fmt, s.n, s.k, pick(s.fmt, m, s.n, s.k)), []).append(m)
+        if s.fmt == "block_fp8" and providers.DeepGemmBlock.name in kernels:
+            jobs.setdefault(("deep_gemm", s.fmt, s.n, s.k, ""), []).extend(s.ms)
+    return [
+        CompileJob(kind, fmt, n, k, tuple(sorted(set(ms))), cfg, out_dtype)
+        for (kind, fmt, n, k, cfg), ms in jobs.items()
+    ]
+
+
+def _compile_inputs(job: CompileJob, m: int, device: str) -> GemmInputs:
+    """Cheap random operands of the right dtypes and layouts (values do not matter for compiling)."""
+    dtype = torch.int8 if job.fmt == "w8a8_int8" else torch.float8_e4m3fn
+    out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[job.out_dtype]
+
+    def q(rows):
+        x = torch.randn((rows, job.k), device=device)
+        return x.mul(64).round().clamp(-127, 127).to(dtype) if dtype == torch.int8 else x.to(dtype)
+
+    if job.fmt == "block_fp8":
+        sa = torch.rand((m, -(-job.k // BLOCK[1])), device=device) + 0.5
+        sb = torch.rand((-(-job.n // BLOCK[0]), -(-job.k // BLOCK[1])), device=device) + 0.5
+    else:
+        sa, sb = torch.rand((m, 1), device=device) + 0.5, torch.rand((job.n, 1), device=device) + 0.5
+    return GemmInputs(job.fmt, job.n, job.k, q(m), sa, [(q(job.n).t(), sb)], out_dtype)
+
+
+def run_compile_job(job: CompileJob, device: str = "cuda") -> str | None:
+    """Compile (and run once) ``job`` in this process; None on success, else the error (short)."""
+    try:
+        for m in job.ms:
+            inputs = _compile_inputs(job, m, device)
+            if job.kind == "helion":
+                from hlcore.scaled_mm import scaled_mm
+
+                b, sb = inputs.weights[0]
+                scaled_mm(
+                    inputs.a,
+                    b,
+                    inputs.scale_a,
+                    sb,
+                    inputs.out_dtype,
+                    block_size=inputs.block_size,
+                    config=job.config,
+                )
+            elif job.kind == "deep_gemm":
+                b, sb = inputs.weights[0]
+                providers.DeepGemmBlock(job.fmt, inputs.out_dtype, job.n, job.k)(
+                    inputs.a, b, inputs.scale_a, sb
+                )
+            else:
+                raise ValueError(f"unknown compile job kind {job.kind!r}")
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return None
+    except Exception as exc:  # noqa: BLE001 - reported; the timed loop then skips or fails the kernel
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def precompile(
+    jobs: Sequence[CompileJob],
+    workers: int,
+    on_done: Callable[[CompileJob, str | None], None] | None = None,
+    device: str = "cuda",
+) -> dict[CompileJob, str]:
+    """Run ``jobs`` in ``workers`` spawned processes (each imports torch/helion once) so the timed
+    loop finds Triton's and DeepGEMM's on-disk caches warm; returns the failed jobs' errors.
+    ``workers <= 1`` runs them here, one after the other."""
+    errors: dict[CompileJob, str] = {}
+    run = functools.partial(run_compile_job, device=device)
+    if workers <= 1:
+        results = map(run, jobs)
+    else:
+        import multiprocessing as mp
+
+        pool = mp.get_context("spawn").Pool(min(workers, len(jobs)) or 1)
+        results = pool.imap(run, jobs, chunksize=1)
+    try:
+        for job, err in zip(jobs, results, strict=True):
+            if err:
+                errors[job] = err
+            if on_done:
+                on_done(job, err)
+    finally:
+        if workers > 1:
+            pool.close()
+            pool.join()
+    return errors

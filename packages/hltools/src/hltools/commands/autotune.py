@@ -1,0 +1,221 @@
+"""``hltools autotune``: tuned configs for every (format, N, K, M) of a model on this GPU
+(:mod:`hltools.autotune`)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from hltools import options as opt
+from hltools.provenance import git_commit
+
+
+class Effort(StrEnum):
+    quick = "quick"
+    full = "full"
+
+
+TpSizes = Annotated[
+    str, typer.Option(help="Comma-separated tensor-parallel sizes (N/tp column-, K/tp row-parallel).")
+]
+NumTokens = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated M values; default 1,2,4,8,16,24,32, plus vLLM's capture sizes up to "
+        "HL_MAX_HELION_SIZE when that is above 32."
+    ),
+]
+EffortOption = Annotated[Effort, typer.Option(help="Helion autotune effort per key.")]
+BudgetMinutes = Annotated[
+    float | None,
+    typer.Option(min=0, help="Wall-clock budget for the whole run; keys left over resume on the next run."),
+]
+Seed = Annotated[int, typer.Option(help="Seed of the search and of the generated inputs.")]
+Output = Annotated[
+    Path | None,
+    typer.Option(
+        help="Config directory written as `<output>/scaled_mm/<gpu>.json`; default $HL_CONFIG_DIR, else "
+        "./hl-configs (use `--output configs` in a checkout to update the shipped configs)."
+    ),
+]
+Force = Annotated[bool, typer.Option(help="Retune keys that are already in the file.")]
+List = Annotated[
+    bool,
+    typer.Option(
+        "--list",
+        help='Print the keys (and which are done; a done key marked "fallback": true runs vLLM\'s '
+        "kernel) and exit; needs no GPU.",
+    ),
+]
+Gpu = Annotated[
+    str | None,
+    typer.Option(
+        help="With --list only: mark the keys done in this GPU's file (e.g. nvidia_h200) instead of "
+        "this machine's GPU's; the file is `<output>/scaled_mm/<gpu>.json`, where without --output "
+        "the directory is the one the plugin reads ($HL_CONFIG_DIR, else the shipped configs)."
+    ),
+]
+
+
+def autotune(
+    model: opt.Model,
+    formats: opt.Formats = "fp8_dynamic",
+    tp: TpSizes = "1",
+    num_tokens: NumTokens = None,
+    effort: EffortOption = Effort.quick,
+    budget_minutes: BudgetMinutes = None,
+    seed: Seed = 0,
+    output: Output = None,
+    force: Force = False,
+    list_: List = False,
+    gpu: Gpu = None,
+) -> None:
+    """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
+
+    For each key: Helion's autotuner (default config seeded into the search, candidates checked
+    against the fp32 reference, CUDA-graph benchmarking), then a check of the result against the
+    reference and a timing against the default config and vLLM's kernel for the format (a key where
+    vLLM's kernel is faster is saved with "fallback": true). Each key is saved as soon as it is done;
+    rerunning resumes, --force retunes. Needs a CUDA GPU (except --list; `--list --gpu nvidia_h200`
+    marks the keys that the shipped H200 file holds). Exits 1 if a key failed.
+    """
+    from hltools import autotune as at
+
+    out = opt.console()
+    config = opt.load_model(model)
+    fmts = opt.parse_formats(formats)
+    tps = opt.parse_ints(tp, "--tp")
+    tokens = _num_tokens(num_tokens)
+    try:
+        keys = at.build_keys(config, fmts, tps, tokens)
+    except ValueError as exc:
+        raise opt.bad_parameter(exc, "--formats/--tp") from None
+    if gpu is not None and not list_:
+        raise typer.BadParameter("only with --list (tuning runs on this machine's GPU)", param_hint="--gpu")
+    if list_:
+        _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
+        return
+    backend = at.gpu_backend()
+    if backend is None:
+        opt.no_gpu(
+            out,
+            "[bold red]hltools autotune needs a CUDA GPU[/] (Helion's autotuner compiles and times every "
+            "candidate on the device); none was found. `hltools autotune --list ...` prints the keys without one.",
+        )
+    output = output if output is not None else _default_output()
+    parts = [
+        "hltools",
+        "autotune",
+        "--model",
+        model,
+        "--formats",
+        ",".join(fmts),
+        "--tp",
+        ",".join(map(str, tps)),
+    ]
+    parts += ["--num-tokens", ",".join(map(str, tokens)), "--effort", effort.value, "--seed", str(seed)]
+    parts += ["--output", str(output)]
+    parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
+    command = shlex.join(parts)  # without --force: a rerun resumes
+    gpu_name, tune, check = backend
+    path = at.output_path(output, gpu_name)
+    meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
+    meta["commit"] = git_commit()
+    at.apply_benchmark_env()
+    out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
+    budget = None if budget_minutes is None else budget_minutes * 60
+    run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
+    summary = _tune(out, keys, path, at.TuneOptions(effort=effort.value, seed=seed), run)
+    out.print(at.summary_table(summary).rich())
+    counts = ", ".join(f"{summary.count(c)} {c}" for c in ("tuned", "skipped", "failed", "not run"))
+    out.print(f"{counts} -> {path}", style="bold red" if summary.failed else "bold green")
+    if summary.count("not run"):
+        out.print("budget spent: rerun the same command to resume", style="yellow")
+    if summary.failed:
+        out.print("rerun the same command to retry the failed keys (done keys are skipped):", style="bold")
+        out.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def _num_tokens(text: str | None) -> list[int]:
+    """``--num-tokens``, else the decode sizes (and vLLM's capture sizes up to HL_MAX_HELION_SIZE)."""
+    if text is not None:
+        return opt.parse_ints(text, "--num-tokens")
+    from hltools.autotune import decode_num_tokens
+    from hlvllm.settings import get_settings
+
+    try:
+        return decode_num_tokens(get_settings().max_helion_size)
+    except ValueError as exc:
+        raise opt.bad_parameter(exc, "HL_MAX_HELION_SIZE") from None
+
+
+def _default_output() -> Path:
+    raw = os.environ.get("HL_CONFIG_DIR", "").strip()
+    return Path(raw).expanduser() if raw else Path("hl-configs")
+
+
+def _list_keys(out: Console, keys: list, title: str, output: Path | None, gpu: str | None) -> None:
+    """The keys and which are done (or marked fallback) in the config file of ``gpu`` (default this
+    machine's GPU; without one, nothing is marked)."""
+    import torch
+
+    from hltools import autotune as at
+
+    if gpu is not None and output is None:
+        from hlcore.configs import config_dir
+
+        output = config_dir()  # $HL_CONFIG_DIR, else the shipped configs
+    output = output if output is not None else _default_output()
+    gpu_name = (
+        gpu if gpu is not None else (torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+    )
+    try:
+        path = at.output_path(output, gpu_name) if gpu_name else None
+    except ValueError as exc:
+        raise opt.bad_parameter(exc, "--gpu") from None
+    try:
+        existing = at.load_existing(path) if path else None
+    except at.AutotuneError as exc:
+        out.print(f"[yellow]{exc}")
+        existing = None
+    done, fallback = at.done_keys(existing), at.fallback_keys(existing)
+    out.print(at.keys_table(keys, done, fallback, title).rich())
+    where = (
+        f" in {path}" + ("" if path.exists() else " (no such file yet)")
+        if path
+        else " (no GPU: the file is named after the GPU, so nothing is marked done; --gpu NAME picks one)"
+    )
+    n_fallback = sum(at.key_status(k, done, fallback) == at.FALLBACK_STATUS for k in keys)
+    n_done = sum(at.key_status(k, done, fallback) != "to tune" for k in keys)
+    marked = f" ({n_fallback} of them fallback: vLLM's kernel runs there)" if n_fallback else ""
+    out.print(f"{len(keys)} keys, {n_done} done{marked}{where}")
+
+
+def _tune(out: Console, keys: list, path: Path, options, run: dict):
+    """:func:`hltools.autotune.run_autotune` under a progress bar, a line per finished key; exit 2
+    when the run cannot start (a file of another GPU or helion version without --force)."""
+    from hltools import autotune as at
+
+    progress = opt.progress(out, eta=True)
+
+    def on_done(status) -> None:
+        progress.console.print(at.status_line(status), highlight=False)
+        progress.advance(task)
+
+    with progress:
+        task = progress.add_task("autotune", total=len(keys))
+        try:
+            return at.run_autotune(
+                keys, path, options=options, on_done=on_done,
+                on_start=lambda key: progress.update(task, description=f"tuning {key.label}"), **run,
+            )  # fmt: skip
+        except at.AutotuneError as exc:
+            out.print(f"[bold red]{exc}")
+            raise typer.Exit(2) from None

@@ -1,0 +1,195 @@
+"""The options the ``hltools`` commands share: one ``Annotated`` alias per option (name, help) and one
+parser per kind of value, so every command spells, documents and checks an option the same way.
+
+Lists (``--model a,b``, ``--formats``, ``--num-tokens``) stay strings on the command line, so a
+script or a test reads back what was passed; the command parses them with :func:`parse_formats`,
+:func:`parse_ints`, :func:`load_models`... Bad input raises ``typer.BadParameter`` naming the option
+and what it expects (exit code 2), as does a command that needs a GPU and finds none
+(:func:`require_gpu`).
+
+This module imports neither torch nor helion (``--help`` stays fast, ``TRITON_INTERPRET`` can be set
+before Triton loads); :attr:`OutDtype.torch_dtype` and :func:`cuda_available` import torch when called.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from hltools.format_names import FORMATS, check_formats
+from hltools.shapes import load_model_config
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+#: Exit code of a command that needs a GPU (or more GPUs than are visible) and has none.
+NO_GPU_EXIT = 2
+#: vLLM's CUDA-graph decode sizes up to 32 (design §4).
+DEFAULT_NUM_TOKENS = "1,2,4,8,16,24,32"
+DEFAULT_OUTPUT = Path("bench-results")
+
+
+class OutDtype(StrEnum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}[self.value]
+
+
+# --------------------------------------------------------------------------------------------
+# Option types
+# --------------------------------------------------------------------------------------------
+_MODEL = (
+    "Embedded model name (see `hltools validate --list-models`; an HF id whose last part names one, "
+    "e.g. Qwen/Qwen3-8B, also matches; nothing is downloaded), or a path to a config.json or its folder"
+)
+Model = Annotated[str, typer.Option(help=_MODEL + ".")]
+Models = Annotated[str, typer.Option(help=_MODEL + "; several comma-separated.")]
+Formats = Annotated[str, typer.Option(help=f"Comma-separated formats: {', '.join(FORMATS)} (or all).")]
+Format = Annotated[str, typer.Option("--format", help=f"One format: {', '.join(FORMATS)}.")]
+NumTokens = Annotated[str, typer.Option(help="Comma-separated M values (num_tokens, decode batch sizes).")]
+Tp = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Tensor-parallel size: N/tp of the column-parallel (qkv, gate_up), K/tp of the "
+        "row-parallel layers (o, down).",
+    ),
+]
+Layers = Annotated[
+    list[str] | None, typer.Option(help="Only these layers (qkv, o, gate_up, down); repeatable.")
+]
+OutDtypeOption = Annotated[OutDtype, typer.Option(help="Output dtype.")]
+Seed = Annotated[int, typer.Option(help="Seed of the generated inputs.")]
+OutputDir = Annotated[
+    Path,
+    typer.Option(help="Directory for the result files (JSON, CSV, markdown, PNG; the command says which)."),
+]
+Plots = Annotated[bool, typer.Option(help="Draw the PNG(s) (needs matplotlib).")]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsers
+# --------------------------------------------------------------------------------------------
+def split_names(text: str) -> list[str]:
+    """A comma-separated list, spaces dropped, each name once, in order."""
+    return list(dict.fromkeys(v for v in text.replace(" ", "").split(",") if v))
+
+
+def parse_ints(text: str, option: str) -> list[int]:
+    """Comma-separated positive integers, each once, in order."""
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected comma-separated integers, got {text!r}", param_hint=option
+        ) from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"expected positive integers, got {text!r}", param_hint=option)
+    return list(dict.fromkeys(values))
+
+
+def parse_formats(text: str, option: str = "--formats") -> list[str]:
+    """Comma-separated formats (``all``: every one), each once, in order."""
+    names = split_names(text)
+    if names == ["all"]:
+        return list(FORMATS)
+    if not names:
+        raise typer.BadParameter(f"no format given; choose from {list(FORMATS)} or all", param_hint=option)
+    try:
+        return check_formats(names)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc} or all", param_hint=option) from None
+
+
+def parse_format(text: str, option: str = "--format") -> str:
+    """One format name."""
+    try:
+        (name,) = check_formats([text])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+    return name
+
+
+def load_model(name: str, option: str = "--model") -> dict[str, Any]:
+    """The config.json of an embedded model or a path (:func:`hltools.shapes.load_model_config`)."""
+    try:
+        return load_model_config(name)
+    except (ValueError, FileNotFoundError) as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+def load_models(text: str, option: str = "--model") -> list[tuple[str, dict[str, Any]]]:
+    """``(name, config)`` of each comma-separated model."""
+    models = [(name, load_model(name, option)) for name in split_names(text)]
+    if not models:
+        raise typer.BadParameter("no model given", param_hint=option)
+    return models
+
+
+def bad_parameter(exc: Exception, option: str | None = None) -> typer.BadParameter:
+    """A library's ``ValueError`` as the bad value of ``option`` (exit code 2)."""
+    return typer.BadParameter(str(exc), param_hint=option)
+
+
+# --------------------------------------------------------------------------------------------
+# Output and environment
+# --------------------------------------------------------------------------------------------
+def console() -> Console:
+    """rich's console; at least 200 columns wide when the output is not a terminal (logs, tests)."""
+    out = Console()
+    return out if out.is_terminal else Console(width=max(out.width, 200))
+
+
+def command_line() -> str:
+    """This command as one shell line (``hltools ...``), for metadata and repro hints."""
+    return shlex.join(["hltools", *sys.argv[1:]])
+
+
+def progress(out: Console, description: str = "{task.description}", *, eta: bool = False) -> Progress:
+    """rich's progress bar of the commands: description, bar, done/total, elapsed (and ETA)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    columns += [TextColumn("ETA"), TimeRemainingColumn()] if eta else []
+    return Progress(*columns, console=out)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def require_gpu(out: Console, command: str, why: str) -> None:
+    """Exit with :data:`NO_GPU_EXIT` and say why when no CUDA GPU is visible."""
+    if not cuda_available():
+        no_gpu(out, f"[bold red]{command} needs a CUDA GPU[/] ({why}); none was found.")
+
+
+def no_gpu(out: Console, message: str) -> NoReturn:
+    out.print(message, highlight=False)
+    raise typer.Exit(NO_GPU_EXIT)

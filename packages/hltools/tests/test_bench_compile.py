@@ -1,0 +1,40 @@
+"""hltools.bench_compile on the CPU: the compile jobs of a benchmark's shapes, and one run here."""
+
+from hltools import bench, bench_compile
+from hltools.bench import BenchShape
+
+
+def test_compile_jobs_group_by_config():
+    shapes = [
+        BenchShape("t", "fp8_dynamic", "o", 64, 128, (1, 2, 32)),
+        BenchShape("t", "block_fp8", "o", 64, 128, (1,)),
+    ]
+
+    def pick(fmt, m, n, k):
+        return "small" if m <= 16 else "large"
+
+    jobs = bench_compile.compile_jobs(shapes, pick=pick, candidates=bench.default_candidates())
+    assert [(j.kind, j.fmt, j.ms, j.config) for j in jobs] == [
+        ("helion", "fp8_dynamic", (1, 2), "small"),
+        ("helion", "fp8_dynamic", (32,), "large"),
+        ("helion", "block_fp8", (1,), "small"),
+        ("deep_gemm", "block_fp8", (1,), ""),
+    ]
+    no_dg = bench_compile.compile_jobs(
+        shapes, pick=pick, candidates=bench.default_candidates(block_order=["cutlass"])
+    )
+    assert all(j.kind == "helion" for j in no_dg)
+
+
+def test_compile_job_runs_helion_on_the_cpu():
+    shape = BenchShape("t", "w8a8_int8", "o", 32, 128, (1, 3))
+    (job,) = bench_compile.compile_jobs([shape])
+    assert bench_compile.run_compile_job(job, device="cpu") is None
+    done = []
+    assert bench_compile.precompile([job], 1, on_done=lambda j, e: done.append((j, e)), device="cpu") == {}
+    assert done == [(job, None)]
+    broken = bench_compile.CompileJob("helion", "fp8_dynamic", 32, 128, (1,), config='{"block_sizes": [3]}')
+    assert bench_compile.run_compile_job(broken, device="cpu")
+    assert bench_compile.run_compile_job(
+        bench_compile.CompileJob("nope", "fp8_dynamic", 32, 128, (1,)), device="cpu"
+    ).startswith("ValueError")
