@@ -3,6 +3,7 @@ arithmetic with a fake engine and clock, aggregation, and a whole run with a fak
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -374,6 +375,43 @@ def test_a_stalled_one_token_generate_gives_no_tpot():
     assert row["tpot_ms_off"] is None and row["ttft_spread_pct_off"] == pytest.approx(
         100 * (12.05 / 0.05 - 1)
     )
+
+
+def test_measure_ttft_times_one_sequence_alone_per_length():
+    """One untimed one-token generate per length, then ttft_repeats timed ones of ONE prompt."""
+    t = [0.0]
+    calls = []
+
+    def generate(prompts, max_tokens):  # prefill: 1 ms + 0.01 ms per prompt token
+        calls.append((len(prompts), len(prompts[0]["prompt_token_ids"]), max_tokens))
+        t[0] += 1e-3 + 1e-5 * len(prompts[0]["prompt_token_ids"])
+        return len(prompts)
+
+    opts = e2e.E2EOptions(concurrency=(1,), ttft_lens=(128, 1024), ttft_repeats=3)
+    out = e2e.measure_ttft(generate, lambda n: [{"prompt_token_ids": [5] * n}], opts, clock=lambda: t[0])
+    assert calls == [(1, 128, 1)] * 4 + [(1, 1024, 1)] * 4
+    assert out["128"]["ttft_ms"] == pytest.approx(2.28) and len(out["128"]["samples_ms"]) == 3
+    assert out["1024"]["ttft_ms"] == pytest.approx(11.24)
+    assert e2e.measure_ttft(generate, None, e2e.E2EOptions(concurrency=(1,))) == {}
+    assert opts.max_model_len == 1024 + 1 + 16  # room for the longest TTFT prompt
+    cmd = e2e.worker_command("python", Path("m"), "on", opts, Path("o.json"))
+    assert cmd[cmd.index("--ttft-lens") + 1] == "128,1024" and cmd[cmd.index("--ttft-repeats") + 1] == "3"
+    with pytest.raises(ValueError, match="ttft"):
+        e2e.E2EOptions(ttft_lens=(0,))
+
+
+def test_summarize_ttft_alone():
+    runs = [
+        {**_run("off", 0, {1: 100.0}, 60.0), "ttft": {"128": {"samples_ms": [10.0, 10.2, 9.8, 10.1, 10.0]}}},
+        {**_run("on", 0, {1: 100.0}, 60.0), "ttft": {"128": {"samples_ms": [10.1, 10.3, 9.9, 10.2, 10.1]}}},
+    ]
+    (row,) = e2e.summarize(runs)["ttft"]
+    assert row["input_len"] == 128 and row["ttft_ms_off"] == 10.0 and row["ttft_ms_on"] == 10.1
+    assert row["ratio"] == pytest.approx(1.01) and row["samples_on"] == 5
+    assert row["ttft_p20_ms_off"] < 10.0 < row["ttft_p80_ms_off"]
+    md = e2e.summary_markdown({"model": "m", "format": "fp8_dynamic", "layers": 4}, e2e.summarize(runs))
+    assert "TTFT of one sequence alone" in md and "| 128 | 10.00 (" in md and "| 1.010 |" in md
+    assert e2e.summarize([_run("off", 0, {1: 1.0}, 1.0)])["ttft"] == []
 
 
 def _run(plugin, rnd, tps, startup, greedy=((1, 2), (3, 4))):

@@ -23,6 +23,15 @@ Concurrency = Annotated[
 InputLen = Annotated[int, typer.Option(min=1, help="Prompt tokens per sequence.")]
 OutputLen = Annotated[int, typer.Option(min=2, help="Output tokens per sequence (ignore_eos).")]
 Repeats = Annotated[int, typer.Option(min=1, help="Timed generate calls per concurrency and length.")]
+TtftLens = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated prompt lengths at which each engine also times the first token of one "
+        "sequence alone (--ttft-repeats one-token generates each, after one untimed); e.g. 128,1024. "
+        "Default: none."
+    ),
+]
+TtftRepeats = Annotated[int, typer.Option(min=1, help="Timed one-token generates per --ttft-lens length.")]
 Rounds = Annotated[
     int, typer.Option(min=1, help="Engine runs per plugin setting; round 1 cold caches, later rounds warm.")
 ]
@@ -73,6 +82,8 @@ def e2e(
     input_len: InputLen = 128,
     output_len: OutputLen = 128,
     repeats: Repeats = 3,
+    ttft_lens: TtftLens = "",
+    ttft_repeats: TtftRepeats = 10,
     rounds: Rounds = 2,
     plugins: Plugins = "off,on",
     gpu_memory_utilization: GpuMemoryUtilization = 0.6,
@@ -107,6 +118,8 @@ def e2e(
             concurrency=tuple(opt.parse_ints(concurrency, "--concurrency")), input_len=input_len,
             output_len=output_len, repeats=repeats, gpu_memory_utilization=gpu_memory_utilization, seed=seed,
             tensor_parallel_size=tensor_parallel_size,
+            ttft_lens=tuple(opt.parse_ints(ttft_lens, "--ttft-lens")) if ttft_lens.strip() else (),
+            ttft_repeats=ttft_repeats,
         )  # fmt: skip
         cfg = e.engine_model_config(config, fmt, layers)
         output = output.resolve()
@@ -131,6 +144,8 @@ def e2e(
     summary, meta = report.files["summary"], report.files["metadata"]
     title = f"{model} {fmt}, {meta['layers']} layers, TP {tensor_parallel_size}: output tokens/s"
     out.print(e.throughput_table(summary, title).rich())
+    if (ttft := e.ttft_table(summary)) is not None:
+        out.print(ttft.rich())
     out.print(f"start-up (s): {summary['startup']}")
     if summary.get("helion_ranks"):
         out.print(e.helion_line(summary["helion_ranks"]), highlight=False)

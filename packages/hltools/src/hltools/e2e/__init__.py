@@ -110,6 +110,7 @@ from hltools.e2e.summary import (
     summarize,
     summary_markdown,
     throughput_table,
+    ttft_table,
     write_e2e,
     write_markdown,
 )
@@ -121,6 +122,7 @@ from hltools.e2e.worker import (
     llm_kwargs,
     main,
     measure_throughput,
+    measure_ttft,
     worker_main,
 )
 
@@ -162,6 +164,7 @@ __all__ = [
     "llm_kwargs",
     "main",
     "measure_throughput",
+    "measure_ttft",
     "plan_runs",
     "quant_config",
     "run_e2e",
@@ -174,6 +177,7 @@ __all__ = [
     "summarize",
     "summary_markdown",
     "throughput_table",
+    "ttft_table",
     "worker_command",
     "worker_env",
     "worker_main",

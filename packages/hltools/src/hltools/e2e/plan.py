@@ -46,6 +46,10 @@ class E2EOptions:
     gpu_memory_utilization: float = 0.6
     seed: int = 0
     tensor_parallel_size: int = 1
+    #: prompt lengths at which TTFT is also measured alone: one sequence, ``ttft_repeats`` one-token
+    #: generates each (:func:`hltools.e2e.worker.measure_ttft`)
+    ttft_lens: tuple[int, ...] = ()
+    ttft_repeats: int = 10
 
     def __post_init__(self) -> None:
         tp = self.tensor_parallel_size
@@ -60,10 +64,14 @@ class E2EOptions:
             )
         if self.input_len < 1 or self.output_len < 2 or self.repeats < 1:
             raise ValueError("input_len >= 1, output_len >= 2 and repeats >= 1 are required")
+        if any(n < 1 for n in self.ttft_lens) or self.ttft_repeats < 1:
+            raise ValueError(
+                f"ttft lengths and ttft_repeats must be positive; got {self.ttft_lens}, {self.ttft_repeats}"
+            )
 
     @property
     def max_model_len(self) -> int:
-        return self.input_len + self.output_len + 16
+        return max([self.input_len + self.output_len, *(n + 1 for n in self.ttft_lens)]) + 16
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,8 @@ def worker_command(python: str, model_dir: Path, plugin: str, options: E2EOption
         str(options.seed),
         "--tensor-parallel-size",
         str(options.tensor_parallel_size),
+        *(["--ttft-lens", ",".join(map(str, options.ttft_lens))] if options.ttft_lens else []),
+        *(["--ttft-repeats", str(options.ttft_repeats)] if options.ttft_lens else []),
         "--out",
         str(out),
     ]

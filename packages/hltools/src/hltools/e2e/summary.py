@@ -99,6 +99,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 helion[f"{p}-r{r.get('round')}"] = ranks
     return {
         "rows": [_row(c, by) for c in concurrency],
+        "ttft": _ttft(by),
         "startup": _startup(by),
         "greedy_agreement": agreement,
         "restart_agreement": restart or None,
@@ -124,6 +125,48 @@ def _row(c: int, by: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, Any]:
         row[f"speedup{suffix}"] = tps / off if tps and off else None
         row[f"tpot_speedup{suffix}"] = loff / lat if lat and loff else None
     return row
+
+
+def _ttft(by: Mapping[str, list[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per prompt length measured alone (``ttft`` of the runs): each setting's median TTFT over all
+    its one-token generates (every round), their 20th-80th percentile range, the sample count, and
+    ``on`` over ``off`` (``ratio``; > 1: the plugin's first token comes later)."""
+    lengths = sorted({int(n) for rs in by.values() for r in rs for n in (r.get("ttft") or {})})
+    rows = []
+    for n in lengths:
+        row: dict[str, Any] = {"input_len": n}
+        for p in PLUGINS:
+            samples = sorted(
+                x for r in by.get(p, []) for x in (r.get("ttft") or {}).get(str(n), {}).get("samples_ms", ())
+            )
+            if not samples:
+                continue
+            row[f"ttft_ms_{p}"] = statistics.median(samples)
+            q = statistics.quantiles(samples, n=5) if len(samples) >= 2 else [samples[0]] * 4
+            row[f"ttft_p20_ms_{p}"], row[f"ttft_p80_ms_{p}"] = q[0], q[3]
+            row[f"samples_{p}"] = len(samples)
+        off, on = row.get("ttft_ms_off"), row.get("ttft_ms_on")
+        row["ratio"] = on / off if on and off else None
+        rows.append(row)
+    return rows
+
+
+def ttft_table(summary: Mapping[str, Any]) -> ResultTable | None:
+    """TTFT of one sequence alone per prompt length: off and on (median, p20-p80), on / off."""
+    rows = summary.get("ttft") or []
+    if not rows:
+        return None
+
+    def med(r, p):
+        if r.get(f"ttft_ms_{p}") is None:
+            return "-"
+        return f"{r[f'ttft_ms_{p}']:.2f} ({r[f'ttft_p20_ms_{p}']:.2f}-{r[f'ttft_p80_ms_{p}']:.2f}, n={r[f'samples_{p}']})"
+
+    return ResultTable(
+        "TTFT of one sequence alone, ms: median (p20-p80, samples)",
+        ["prompt tokens", "vLLM", "hlvllm", "hlvllm / vLLM"],
+        [[str(r["input_len"]), med(r, "off"), med(r, "on"), cell(r.get("ratio"), ".3f")] for r in rows],
+    )
 
 
 def _startup(by: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -299,6 +342,9 @@ def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) ->
     spread = spread_text(summary["rows"], extras)
     if spread:
         lines += ["", spread]
+    ttft = ttft_table(summary)
+    if ttft is not None:
+        lines += ["", f"{ttft.title}:", "", *ttft.markdown()]
     lines += ["", *startup_table(summary).markdown()]
     if summary.get("greedy_agreement"):
         agree = ", ".join(f"{k}: {v}" for k, v in summary["greedy_agreement"].items())

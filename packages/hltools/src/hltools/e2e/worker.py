@@ -154,6 +154,24 @@ def measure_throughput(
     return out
 
 
+def measure_ttft(generate, make_prompt, options: E2EOptions, clock=time.perf_counter) -> dict:
+    """Per prompt length of ``options.ttft_lens``: time to first token of one sequence alone, from
+    ``options.ttft_repeats`` timed one-token ``generate`` calls after one untimed (the first prefill
+    at that length); ``make_prompt(length)`` gives the prompt list. Returns ``{length: {"ttft_ms":
+    median, "samples_ms": [...]}}``."""
+    out = {}
+    for n in options.ttft_lens:
+        prompts = make_prompt(n)
+        generate(prompts, 1)  # warm-up
+        samples = []
+        for _ in range(options.ttft_repeats):
+            t0 = clock()
+            generate(prompts, 1)
+            samples.append(1e3 * (clock() - t0))
+        out[str(n)] = {"ttft_ms": statistics.median(samples), "samples_ms": samples}
+    return out
+
+
 def llm_kwargs(model_dir: Path | str, options: E2EOptions) -> dict[str, Any]:
     """The keyword arguments of the worker's ``vllm.LLM(...)`` (see the module docstring)."""
     return {
@@ -217,6 +235,9 @@ def worker_main(args: argparse.Namespace) -> int:
         options,
         progress=progress,
     )
+    ttft = measure_ttft(generate, lambda n: _prompts(1, n, vocab, options.seed + 7 + n), options)
+    if ttft:
+        progress(f"TTFT alone: { {n: round(t['ttft_ms'], 2) for n, t in ttft.items()} } ms")
     helion_on = args.plugin in HELION_PLUGINS  # on, gemm, aux and fused load the plugin with Helion GEMMs
     captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if helion_on else []
     # on and gemm (no aux kernel) record them too: they should show no aux op on Helion's path
@@ -233,6 +254,7 @@ def worker_main(args: argparse.Namespace) -> int:
         "aux_captured_by_rank": aux_by_rank,
         "greedy": greedy,
         "throughput": throughput,
+        "ttft": ttft,
     }
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     summary = {c: round(t["tokens_per_s"], 1) for c, t in throughput.items()}
@@ -265,6 +287,8 @@ def _options(args: argparse.Namespace) -> E2EOptions:
         gpu_memory_utilization=args.gpu_memory_utilization,
         seed=args.seed,
         tensor_parallel_size=args.tensor_parallel_size,
+        ttft_lens=tuple(int(n) for n in args.ttft_lens.split(",") if n.strip()),
+        ttft_repeats=args.ttft_repeats,
     )
 
 
@@ -319,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--tensor-parallel-size", type=int, default=1)
+    w.add_argument("--ttft-lens", default="")
+    w.add_argument("--ttft-repeats", type=int, default=10)
     w.add_argument("--out", required=True)
     args = p.parse_args(argv)
     return worker_main(args)
