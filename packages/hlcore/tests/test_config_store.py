@@ -176,3 +176,61 @@ def test_rejected_file_warning_names_the_fix(tmp_path, caplog):
     text = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert str(bad) in text and "treated as no file" in text
     assert "hltools configs from-bench" in text and "HL_CONFIG_DIR" in text
+
+
+# --------------------------------------------------------------------------------------------
+# Stats sidecar
+# --------------------------------------------------------------------------------------------
+def _kid(n, k, m, fmt="fp8_dynamic"):
+    return cs.key_id(cs.scaled_mm_key(fmt, n, k, m))
+
+
+def test_stats_sidecar_round_trip_merge_and_layout(tmp_path):
+    path = cs.stats_file_path("scaled_mm", "NVIDIA H200", tmp_path)
+    assert path == tmp_path / "scaled_mm" / "nvidia_h200.stats.json"
+    first = {_kid(6144, 4096, 32): {"helion_us": 3.0}, _kid(6144, 4096, 1): {"helion_us": 1.0}}
+    cs.save_stats_file(path, first, {"config_file": "configs/scaled_mm/nvidia_h200.json"})
+    text = path.read_text()
+    data = json.loads(text)
+    assert text == json.dumps(data, indent=2, sort_keys=True) + "\n"
+    assert data[0] == {"_metadata": {"config_file": "configs/scaled_mm/nvidia_h200.json"}}
+    assert [d["key"]["m"] for d in data[1:]] == [1, 32]  # numeric key order, as config files
+    assert data[1] == {
+        "key": {"format": "fp8_dynamic", "k": 4096, "m": 1, "n": 6144},
+        "stats": {"helion_us": 1.0},
+    }
+    # merge: same key replaced, others kept, metadata fields updated
+    cs.save_stats_file(path, {_kid(6144, 4096, 1): {"helion_us": 9.0}, (): {"x": 1}}, {"gpu": "nvidia_h200"})
+    meta, stats = cs.read_stats_file(path)
+    assert meta == {"config_file": "configs/scaled_mm/nvidia_h200.json", "gpu": "nvidia_h200"}
+    assert stats == {
+        _kid(6144, 4096, 1): {"helion_us": 9.0},
+        _kid(6144, 4096, 32): {"helion_us": 3.0},
+        (): {"x": 1},
+    }
+    cs.save_stats_file(path, {_kid(1, 1, 1): {}}, merge=False)
+    assert cs.read_stats_file(path) == ({}, {_kid(1, 1, 1): {}})
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("{}", "expected a JSON list"),
+        ('[{"key": {"m": 1}}]', r'entry 0 must be \{"key"'),
+        ('[{"key": {"m": 1}, "stats": 3}]', r'entry 0 must be \{"key"'),
+        ('[{"key": {"m": 1.5}, "stats": {}}]', "key must be an object of int or string values"),
+        ('[{"key": {"m": 1}, "stats": {}}, {"key": {"m": 1}, "stats": {}}]', "entry 1: duplicate key"),
+        ("[", "not valid JSON"),
+    ],
+)
+def test_stats_sidecar_rejects_bad_files_naming_them(tmp_path, content, reason):
+    path = tmp_path / "nvidia_h200.stats.json"
+    path.write_text(content)
+    with pytest.raises(cs.ConfigFileError, match=reason) as exc:
+        cs.read_stats_file(path)
+    assert str(path) in str(exc.value)
+    with pytest.raises(cs.ConfigFileError):  # merging into it leaves it untouched
+        cs.save_stats_file(path, {_kid(1, 1, 1): {}})
+    assert path.read_text() == content
+    with pytest.raises(FileNotFoundError):
+        cs.read_stats_file(tmp_path / "missing.stats.json")

@@ -147,6 +147,27 @@ def test_invalid_entries_are_skipped(config_dir, caplog):
     assert any("split_k" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("knob", ["pdl", "split_k_workspace"])
+def test_entries_with_a_removed_knob_are_skipped_with_one_warning(config_dir, caplog, knob):
+    """A file written when the kernel still had PDL / workspace split-K: those entries are invalid
+    (one warning naming the file, the count and the knob), the others still serve."""
+    stale = [
+        ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m), {**_cfg(tag), knob: True})
+        for m, tag in ((8, 2), (32, 3))
+    ]
+    _write(config_dir, [*_tuned_entries(), *stale])
+    with caplog.at_level(logging.WARNING):
+        # M=8 and M=32 are gone: the smallest tuned M >= 8 left is none, so the largest (M=1)
+        assert _tag("fp8_dynamic", 8, 6144, 4096) == (1, "same_shape")
+        assert _tag("fp8_dynamic", 1, 6144, 4096) == (1, "exact")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert (
+        "ignoring 2 scaled_mm entries" in warnings[0] and f"{knob}: no longer a scaled_mm knob" in warnings[0]
+    )
+    assert check_scaled_mm_config({**_cfg(1), knob: False}) is not None  # the key itself is stale
+
+
 def test_fallback_marker(config_dir):
     _write(config_dir, _tuned_entries(t2=True))
     marked = pick_scaled_mm_config("fp8_dynamic", 8, 6144, 4096, gpu=GPU)

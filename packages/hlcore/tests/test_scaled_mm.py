@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 
+from hlcore.formats import FORMAT_NAMES
 from hlcore.scaled_mm import generate_scaled_mm_inputs, scaled_mm, scaled_mm_ref
 from hlcore.scaled_mm_config import default_scaled_mm_config
 from hlcore.testing import max_abs_error, rel_error, tolerance
@@ -70,7 +71,7 @@ FORMAT_SHAPES = [(200, 300), (40, 136), (128, 64)]
 ALGOS = [(1, False), (2, True), (4, False), (1, True), (8, True)]
 FORMAT_CASES = [
     (fmt, m, nk, ALGOS[i % len(ALGOS)])
-    for fmt in ("fp8_dynamic", "w8a8_int8", "block_fp8")
+    for fmt in FORMAT_NAMES
     for i, (m, nk) in enumerate(itertools.product(FORMAT_MS, FORMAT_SHAPES))
 ]
 
@@ -194,76 +195,34 @@ def test_default_config_is_valid_everywhere():
         default_scaled_mm_config(0, 16, 16)
 
 
-@pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8", "block_fp8"])
-def test_split_k_workspace_is_used_and_left_zero(fmt):
-    """Self-cleaning split-K: the partial sums go through the fp32 workspace (a dirty workspace
-    changes the result), and after each launch the workspace and the tickets are zero again, so the
-    next launch (same buffers, as under CUDA-graph replay) is right too. K = 384 with split_k = 4
-    gives 3 chunks of 128 (fewer programs than split_k)."""
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("knob", ["pdl", "split_k_workspace", "_triton_config_launch_pdl"])
+def test_removed_knobs_are_rejected(knob, value):
+    """The kernel has no PDL or workspace split-K branch: a config naming one of their knobs (even set to
+    false) is an error naming it, before anything is compiled."""
+    d = generate_scaled_mm_inputs(3, 40, 96, device=DEVICE, seed=1)
+    with pytest.raises(ValueError, match=rf"scaled_mm: invalid config .*{knob}: no longer a scaled_mm knob"):
+        scaled_mm(**d, config={**_config(2, True), knob: value})
+
+
+@pytest.mark.parametrize(
+    "fmt,scale_a_shape,scale_b_shape,group_k",
+    [
+        ("fp8_dynamic", (5, 1), (200, 1), 0),
+        ("w8a8_int8", (5, 1), (200, 1), 0),
+        ("block_fp8", (5, 3), (2, 3), 128),
+    ],
+)
+def test_kernel_args_match_the_kernel_signature(fmt, scale_a_shape, scale_b_shape, group_k):
+    """``kernel_args`` gives the kernel's seven arguments: B as its row-major [N, K] view (no copy),
+    per-token / per-channel scales as columns, the format's group size."""
     from hlcore import scaled_mm as sm
 
-    if fmt == "w8a8_int8" and HELION_MODE:
-        pytest.skip("Helion's eager reference mode has no int8 matmul on the CPU (aten::mm)")
-    m, n, k = 5, 40, 384
-    d = generate_scaled_mm_inputs(m, n, k, fmt=fmt, device=DEVICE, with_bias=True, seed=11)
-    cfg = {"block_sizes": [16, 16, 64], "split_k": 4, "swap_ab": False, "num_warps": 4, "num_stages": 1}
-    cfg["split_k_workspace"] = True
-    kernel = sm._kernel_for(sm.config_json(cfg, "scaled_mm"))
-    args = sm.kernel_args(
-        d["a"], d["b"], d["scale_a"], d["scale_b"], d["bias"], torch.bfloat16, d["block_size"]
-    )
-    workspace, tickets = args[5], args[6]
-    ref = scaled_mm_ref(**d)
-    tol = tolerance(fmt, torch.bfloat16)
-    for _ in range(2):
-        out = kernel(*args)
-        assert rel_error(out, ref) <= tol
-        assert not workspace.any() and not tickets.any()
-    workspace[:m, :n].fill_(1.0)  # a stale workspace would be added to the result
-    assert rel_error(kernel(*args), ref) > tol
-
-
-@pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8", "block_fp8"])
-def test_pdl_matches_reference_and_emits_griddepcontrol(fmt, monkeypatch):
-    """``pdl``: the same results (in the CPU modes the config's launch flag is dropped and the
-    griddepcontrol code skipped; on a GPU, ``HL_TEST_GPU=1``, it runs for real), and the GPU code
-    waits on the previous kernel and lets the next launch in every program, launched with
-    ``launch_pdl``."""
-    import helion
-
-    from hlcore import scaled_mm as sm
-
-    if fmt == "w8a8_int8" and HELION_MODE:
-        pytest.skip("Helion's eager reference mode has no int8 matmul on the CPU (aten::mm)")
-    m, n, k = 5, 40, 384
-    out_dtype = _out_dtype(2)
-    d = generate_scaled_mm_inputs(
-        m, n, k, fmt=fmt, device=DEVICE, out_dtype=out_dtype, with_bias=True, seed=5
-    )
-    cfg = {**_config(2, True), "pdl": True}
-    out = scaled_mm(**d, config=cfg)
-    assert rel_error(out, scaled_mm_ref(**d)) <= tolerance(fmt, out_dtype)
-    text = sm.config_json(cfg, "scaled_mm")
-    assert sm.helion_config(text, gdc=1)[sm.PDL_LAUNCH_KEY] is True
-    assert sm.helion_config(text, gdc=0)[sm.PDL_LAUNCH_KEY] is False
-    assert "pdl" not in sm.helion_config(text, gdc=1)
-    plain = sm.config_json({**cfg, "pdl": False}, "scaled_mm")
-    assert sm.helion_config(plain, gdc=1)[sm.PDL_LAUNCH_KEY] is False
-    if HELION_MODE:
-        return  # no generated code to look at
-    monkeypatch.setattr(sm, "_GDC", 1)
-    args = sm.kernel_args(d["a"], d["b"], d["scale_a"], d["scale_b"], d["bias"], out_dtype, d["block_size"])
-    for pdl in (True, False):
-        config = sm.helion_config(sm.config_json({**cfg, "pdl": pdl}, "scaled_mm"), gdc=1)
-        kernel = helion.kernel(
-            sm._scaled_mm_body,
-            config=config,
-            static_shapes=False,
-            ignore_warnings=[helion.exc.TensorOperationInWrapper],
-        )
-        code = kernel.bind(args).to_triton_code(config)
-        # one compiled branch on the constexpr tunable (folded away when false), before the first load
-        assert "pdl: tl.constexpr" in code and f"pdl = {pdl}" in code
-        assert code.index("tl.extra.cuda.gdc_wait()") < code.index("tl.load")
-        assert "tl.extra.cuda.gdc_launch_dependents()" in code
-        assert f"launch_pdl={pdl})" in code
+    d = generate_scaled_mm_inputs(5, 200, 300, fmt=fmt, device=DEVICE, with_bias=True, seed=4)
+    scale_b = d["scale_b"].reshape(-1) if group_k == 0 else d["scale_b"]  # [N] is accepted too
+    args = sm.kernel_args(d["a"], d["b"], d["scale_a"], scale_b, d["bias"], torch.float16, d["block_size"])
+    a, b_t, sa, sb, bias, out_dtype, g = args
+    assert a is d["a"] and b_t.shape == (200, 300) and b_t.is_contiguous()
+    assert b_t.data_ptr() == d["b"].data_ptr()  # a view, never a copy
+    assert (tuple(sa.shape), tuple(sb.shape), g) == (scale_a_shape, scale_b_shape, group_k)
+    assert bias is d["bias"] and out_dtype == torch.float16

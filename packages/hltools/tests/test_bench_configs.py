@@ -39,6 +39,13 @@ def _by_key(entries):
     return {(e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e for e in entries}
 
 
+def _stats(out, fmt, n, k, m):
+    """The stats of one key in the sidecar of config directory ``out`` (default location: beside
+    ``out``, ``lab/results/config-stats``)."""
+    sidecar = cs.stats_file_path("scaled_mm", "nvidia_h200", out.parent / "lab" / "results" / "config-stats")
+    return cs.read_stats_file(sidecar)[1][cs.key_id(cs.scaled_mm_key(fmt, n, k, m))]
+
+
 def test_win_and_loss():
     rows = _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2) + _pair(10.0, 10.0, m=4)
     rows.append(BenchResult("qwen3-8b", "qkv", "fp8_dynamic", "torch", "torch._scaled_mm", 1, 6144, 4096))
@@ -257,8 +264,9 @@ def test_helion_row_config_says_source_and_config(tmp_path, picks, monkeypatch):
     assert result.exit_code == 0, result.output
     cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
     one, four = (cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m)) for m in (1, 4))
-    assert (one.config, one.fallback, one.stats["config_source"]) == (TUNED, True, "exact")
-    assert (four.config, four.fallback, four.stats["config_source"]) == (OTHER, False, "same_shape")
+    one_stats, four_stats = (_stats(out, "fp8_dynamic", 6144, 4096, m) for m in (1, 4))
+    assert (one.config, one.fallback, one_stats["config_source"]) == (TUNED, True, "exact")
+    assert (four.config, four.fallback, four_stats["config_source"]) == (OTHER, False, "same_shape")
 
 
 def test_pick_from_config_dir_is_the_picker(tmp_path, picks):
@@ -321,7 +329,7 @@ def test_cli_resolves_label_only_rows_with_config_dir(tmp_path, picks, monkeypat
     assert got["fp8_dynamic", 5120, 2].config == OTHER  # nearest N=6144, then M'=8 >= 2
     assert got["block_fp8", 6144, 2].config == DEFAULT
     path = str(cs.config_file_path("scaled_mm", "nvidia_h200", ran))
-    assert got["fp8_dynamic", 6144, 4].stats["config_source"] == f"same_shape in {path}"
+    assert _stats(out, "fp8_dynamic", 6144, 4096, 4)["config_source"] == f"same_shape in {path}"
     # exactly what the picker returns with that directory
     monkeypatch.setenv("HL_CONFIG_DIR", str(ran))
     smc.clear_scaled_mm_config_cache()
@@ -374,3 +382,59 @@ def test_cli_only_new_keeps_existing_keys(tmp_path):
     assert result.exit_code == 0, result.output
     one = cs.read_config_file(path).get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1))
     assert one.config == default_scaled_mm_config(1, 6144, 4096) and not one.fallback
+
+
+# --------------------------------------------------------------------------------------------
+# Stats sidecar: the config file holds key, config, fallback and provenance; measurements beside
+# --------------------------------------------------------------------------------------------
+def test_cli_writes_stats_to_the_sidecar_not_the_config_file(tmp_path):
+    rows = _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2, fmt="block_fp8")
+    a = _write_bench(tmp_path / "a.json", rows)
+    out, stats_dir = tmp_path / "configs", tmp_path / "elsewhere"
+    args = ["configs", "from-bench", str(a), "--output", str(out), "--stats-output", str(stats_dir)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    path = out / "scaled_mm" / "nvidia_h200.json"
+    sidecar = stats_dir / "scaled_mm" / "nvidia_h200.stats.json"
+    assert not (tmp_path / "lab").exists()  # --stats-output replaces the default location
+    data = json.loads(path.read_text())
+    assert [sorted(item) for item in data[1:]] == [
+        ["config", "fallback", "key"],
+        ["config", "key"],
+    ]  # block, fp8
+    cf = cs.read_config_file(path)
+    assert cf.metadata["stats_file"] == str(sidecar) and cf.metadata["command"].endswith(
+        f"--stats-output {stats_dir}"
+    )
+    meta, stats = cs.read_stats_file(sidecar)
+    assert set(stats) == set(cf.entries)  # keyed the same way
+    win = stats[cs.key_id(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1))]
+    loss = stats[cs.key_id(cs.scaled_mm_key("block_fp8", 6144, 4096, 2))]
+    assert (win["helion_us"], win["fallback_us"], win["config_source"]) == (9.0, 10.0, "heuristic")
+    assert (loss["helion_us"], loss["fallback_us"], loss["measurements"]) == (11.0, 10.0, 1)
+    assert meta["config_file"] == str(path) and meta["gpu"] == "nvidia_h200" and meta["helion"] == "1.5.0"
+    assert meta["command"] == cf.metadata["command"] and "informative only" in meta["note"]
+
+
+def test_cli_stats_sidecar_default_location_and_merge(tmp_path):
+    """Default: ``lab/results/config-stats`` beside the config directory; a second run merges
+    (new keys added, kept keys' stats untouched with --only-new, replaced without)."""
+    out = tmp_path / "configs"
+    sidecar = tmp_path / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h200.stats.json"
+    a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1))
+    assert runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)]).exit_code == 0
+    assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 9.0
+    b = _write_bench(tmp_path / "b.json", _pair(12.0, 10.0, m=1) + _pair(8.0, 10.0, m=2))
+    args = ["configs", "from-bench", str(b), "--output", str(out)]
+    result = runner.invoke(app, [*args, "--only-new"])
+    assert result.exit_code == 0, result.output
+    assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 9.0  # kept
+    assert _stats(out, "fp8_dynamic", 6144, 4096, 2)["helion_us"] == 8.0  # added
+    assert len(cs.read_stats_file(sidecar)[1]) == 2
+    assert runner.invoke(app, args).exit_code == 0
+    assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 12.0  # replaced
+    assert (
+        cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
+        .get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1))
+        .fallback
+    )

@@ -159,6 +159,8 @@ def test_wheels_metadata_and_configs(wheels):
         assert "README.md" in shipped
         for rel in shipped:
             assert f"hlcore/configs/{rel}" in files, f"configs/{rel} is not in the hlcore wheel"
+        # configs only: the per-key measurement sidecars stay beside the benchmark results
+        assert not [f for f in files if f.endswith(".stats.json") or f.startswith("lab/")]
     with zipfile.ZipFile(wheels / f"hlvllm-{_version('hlvllm')}-py3-none-any.whl") as whl:
         meta = whl.read(f"hlvllm-{_version('hlvllm')}.dist-info/METADATA").decode()
         eps = whl.read(f"hlvllm-{_version('hlvllm')}.dist-info/entry_points.txt").decode()

@@ -2,7 +2,9 @@
 2026-11-30 evening H200 benchmark, then ``--only-new`` keys from the night one and from the
 2026-12-01 evening one): valid configs, H200 /
 helion 1.5.0 metadata, and a fallback mark on exactly the benchmarked keys where Helion's median was
-above vLLM's default kernel's, which dispatch then routes to vLLM's kernel (issue 4)."""
+above vLLM's default kernel's, which dispatch then routes to vLLM's kernel (issue 4). The
+measurements behind each key live in the stats sidecar beside the benchmark results
+(``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file."""
 
 import gzip
 import json
@@ -17,6 +19,7 @@ from hlcore.scaled_mm_config import check_scaled_mm_config
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "configs" / "scaled_mm" / "nvidia_h200.json"
+STATS = ROOT / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h200.stats.json"
 BENCH_DIR = ROOT / "lab" / "results"
 #: Benchmarks in the order they entered the file: a later one only adds keys (--only-new).
 BENCH = [
@@ -87,6 +90,21 @@ def test_fallback_marks_match_the_benchmark(shipped):
     }
     assert got == bench
     assert 0 < sum(bench.values()) < len(bench)
+
+
+def test_stats_sidecar_holds_the_measurements_behind_every_key(shipped):
+    """The shipped file carries no per-key stats; the sidecar has them for exactly its keys, and each
+    key's fallback mark is its worst measurement's Helion median above vLLM's."""
+    assert not any(e.stats for e in shipped.entries.values())
+    assert shipped.metadata["stats_file"] == str(STATS.relative_to(ROOT))
+    meta, stats = cs.read_stats_file(STATS)
+    assert meta["config_file"] == str(SHIPPED.relative_to(ROOT)) and meta["gpu"] == "nvidia_h200"
+    assert set(stats) == set(shipped.entries)
+    for kid, entry in shipped.entries.items():
+        s = stats[kid]
+        assert entry.fallback == (s["helion_us"] > s["fallback_us"]), (kid, s)
+        assert s["speedup_vs_fallback"] == pytest.approx(s["fallback_us"] / s["helion_us"]), (kid, s)
+        assert s["source"] == "hltools bench kernels" and s["measurements"] >= 1
 
 
 def test_dispatch_falls_back_on_a_losing_key(hl_env):

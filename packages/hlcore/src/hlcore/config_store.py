@@ -9,7 +9,7 @@ File format (the shape of vLLM's own Helion config files, plus one metadata entr
       {"key": {}, "config": {...}},
       {"key": {"format": "fp8_dynamic", "k": 4096, "m": 1, "n": 6144},
        "config": {"block_sizes": [16, 64, 128], "num_warps": 4, "split_k": 4, "swap_ab": true, ...},
-       "fallback": false, "stats": {"helion_us": 9.1, "fallback_us": 10.2, ...}}
+       "fallback": false}
     ]
 
 * ``_metadata`` is optional (a hand-written file may omit it) and at most once; when present its
@@ -20,7 +20,13 @@ File format (the shape of vLLM's own Helion config files, plus one metadata entr
   (:func:`scaled_mm_key`). At most one entry per key.
 * ``config`` is a ``helion.Config`` as a dict (``json.loads(config.to_json())``).
 * ``fallback: true`` marks a key whose tuned config lost to vLLM's kernel: dispatch keeps vLLM's
-  kernel there. ``stats`` holds what the tuner measured (informative only).
+  kernel there. An entry may hold ``stats`` (what the tuner measured, informative only); shipped
+  files keep them in a *stats sidecar* instead (below).
+
+Stats sidecar (:func:`save_stats_file`, :func:`read_stats_file`): the per-key measurements behind
+a config file's entries, kept beside the benchmark results rather than in the file the wheel ships,
+keyed the same way: ``[{"_metadata": {...}}, {"key": {...}, "stats": {...}}, ...]``, written like a
+config file (sorted, atomic, merged). Nothing reads it at run time.
 
 Loading at run time (:func:`load_config_file`) never raises: a file that is not JSON, has the wrong
 shape, or whose metadata names another GPU or helion version is rejected with ONE ``logging``
@@ -393,4 +399,81 @@ def save_config_file(
     data = current.to_json()
     parse_config_json(data, str(path))  # never write a file the reader would reject
     write_json_atomic(path, data)
+    return current
+
+
+# --------------------------------------------------------------------------------------------
+# Stats sidecar: the measurements behind a config file's entries, beside the benchmark results
+# --------------------------------------------------------------------------------------------
+STATS_SUFFIX = ".stats.json"
+KeyStats = dict[KeyId, dict[str, Any]]
+
+
+def stats_file_path(kernel: str, gpu: str, root: str | os.PathLike) -> Path:
+    """``<root>/<kernel>/<canonical gpu>.stats.json``: the stats sidecar of the config file
+    ``<config dir>/<kernel>/<gpu>.json``."""
+    return Path(root) / kernel / f"{canonical_gpu_name(gpu)}{STATS_SUFFIX}"
+
+
+def parse_stats_json(data: object, source: str = "<stats>") -> tuple[dict[str, Any], KeyStats]:
+    """``(metadata, stats by key id)`` of a parsed stats sidecar. Raises :class:`ConfigFileError`
+    naming ``source``: not a list, an item that is neither ``{"_metadata": {...}}`` nor ``{"key":
+    {...}, "stats": {...}}``, a key value that is not an int or a string, a duplicate key."""
+    if not isinstance(data, list):
+        raise ConfigFileError(f"{source}: expected a JSON list of entries, got {type(data).__name__}")
+    metadata: dict[str, Any] = {}
+    stats: KeyStats = {}
+    for i, item in enumerate(data):
+        if isinstance(item, dict) and set(item) == {METADATA} and isinstance(item[METADATA], dict):
+            metadata = dict(item[METADATA])
+            continue
+        if not (isinstance(item, dict) and set(item) == {"key", "stats"} and isinstance(item["stats"], dict)):
+            raise ConfigFileError(
+                f'{source}: entry {i} must be {{"key": {{...}}, "stats": {{...}}}}; got {item!r:.200}'
+            )
+        key = item["key"]
+        if not isinstance(key, dict) or not all(
+            isinstance(n, str) and _is_key_value(v) for n, v in key.items()
+        ):
+            raise ConfigFileError(
+                f"{source}: entry {i}: key must be an object of int or string values; got {key!r}"
+            )
+        if key_id(key) in stats:
+            raise ConfigFileError(f"{source}: entry {i}: duplicate key {key!r}")
+        stats[key_id(key)] = dict(item["stats"])
+    return metadata, stats
+
+
+def read_stats_file(path: str | os.PathLike) -> tuple[dict[str, Any], KeyStats]:
+    """Strictly read a stats sidecar (:func:`parse_stats_json`); ``FileNotFoundError`` if missing,
+    :class:`ConfigFileError` naming the file when it is not valid JSON or has the wrong shape."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigFileError(f"{path}: not valid JSON ({exc})") from None
+    return parse_stats_json(data, str(path))
+
+
+def save_stats_file(
+    path: str | os.PathLike,
+    stats: Mapping[KeyId, Mapping[str, Any]],
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    merge: bool = True,
+) -> KeyStats:
+    """Write ``stats`` (key id -> measurements) and ``metadata`` to the sidecar ``path``, merged into
+    the file already there unless ``merge`` is False (same keys replaced, metadata fields updated);
+    sorted by key like a config file, atomically. Raises :class:`ConfigFileError` when merging into
+    a file that is not a valid sidecar (left untouched). Returns every key's stats written."""
+    path = Path(path)
+    current_meta: dict[str, Any] = {}
+    current: KeyStats = {}
+    if merge and path.exists():
+        current_meta, current = read_stats_file(path)
+    current.update({kid: dict(v) for kid, v in stats.items()})
+    current_meta.update(metadata or {})
+    items: list[dict[str, Any]] = [{METADATA: current_meta}] if current_meta else []
+    items += [{"key": dict(kid), "stats": current[kid]} for kid in sorted(current, key=_sort_key)]
+    write_json_atomic(path, items)
     return current

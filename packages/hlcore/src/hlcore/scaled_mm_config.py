@@ -34,6 +34,7 @@ from hlcore.config_store import (
     find_configs,
     gpu_name_candidates,
 )
+from hlcore.formats import FORMAT_NAMES, get_format
 
 logger = logging.getLogger(__name__)
 
@@ -75,24 +76,33 @@ def _is_pow2(v: object) -> bool:
     return _is_int(v) and v > 0 and (v & (v - 1)) == 0
 
 
+#: Knobs the kernel no longer has (removed with their kernel branches; git keeps them): a config
+#: that sets one is invalid, so a file holding it is skipped with the picker's one warning.
+#: ``_triton_config_launch_pdl`` (Helion's key for Triton's ``launch_pdl``, what ``pdl`` became in
+#: autotuned configs) would launch the kernel early with no ``griddepcontrol.wait`` to order it.
+REMOVED_KNOBS = ("pdl", "split_k_workspace", "_triton_config_launch_pdl")
+
+
 def check_scaled_mm_config(config: Mapping[str, Any]) -> str | None:
     """Why ``config`` cannot be a scaled GEMM config, or None when it can.
 
     Checks what we pick (not Helion's own fields): ``block_sizes`` = ``[block_m, block_n,
-    block_k]`` powers of two, ``split_k`` a power of two in 1..256, ``swap_ab`` and ``pdl`` bools,
+    block_k]`` powers of two, ``split_k`` a power of two in 1..256, ``swap_ab`` a bool,
     ``num_warps`` a power of two, ``num_stages`` a positive int (each optional except
-    ``block_sizes``)."""
+    ``block_sizes``), and none of the removed knobs :data:`REMOVED_KNOBS`."""
     if not isinstance(config, Mapping):
         return f"config must be an object, got {type(config).__name__}"
+    removed = [k for k in REMOVED_KNOBS if k in config]
+    if removed:
+        return f"{', '.join(removed)}: no longer a scaled_mm knob (the kernel has no such branch); remove it"
     bs = config.get("block_sizes")
     if not isinstance(bs, list) or len(bs) != 3 or not all(_is_pow2(b) for b in bs):
         return f"block_sizes must be 3 powers of two [block_m, block_n, block_k]; got {bs!r}"
     split_k = config.get("split_k", 1)
     if not _is_pow2(split_k) or split_k > 256:
         return f"split_k must be a power of two in 1..256; got {split_k!r}"
-    for flag in ("swap_ab", "pdl"):
-        if not isinstance(config.get(flag, False), bool):
-            return f"{flag} must be true or false; got {config.get(flag)!r}"
+    if not isinstance(config.get("swap_ab", False), bool):
+        return f"swap_ab must be true or false; got {config.get('swap_ab')!r}"
     if not _is_pow2(config.get("num_warps", 4)):
         return f"num_warps must be a power of two; got {config.get('num_warps')!r}"
     stages = config.get("num_stages", 1)
@@ -104,9 +114,9 @@ def check_scaled_mm_config(config: Mapping[str, Any]) -> str | None:
 # --------------------------------------------------------------------------------------------
 # Picker: tuned configs (configs/scaled_mm/<gpu>.json) -> heuristic
 # --------------------------------------------------------------------------------------------
-SCALED_MM_FORMATS = ("fp8_dynamic", "w8a8_int8", "block_fp8")
+SCALED_MM_FORMATS = FORMAT_NAMES  # the registry's names (hlcore.formats)
 _KEY_FIELDS = frozenset(("format", "n", "k", "m"))
-TUNE_COMMAND = "hltools autotune --model <model> --formats fp8_dynamic,w8a8_int8,block_fp8"
+TUNE_COMMAND = f"hltools autotune --model <model> --formats {','.join(FORMAT_NAMES)}"
 
 
 @dataclass(frozen=True)
@@ -224,8 +234,7 @@ def pick_scaled_mm_config(
     missing file (one warning instead); raises ``ValueError`` for an unknown ``fmt`` or M, N, K < 1.
     Memoised on (fmt, M, N, K, GPU, config dir): plain ints and strings, never tensors;
     :func:`clear_scaled_mm_config_cache` forgets (tests, a changed ``HL_CONFIG_DIR``)."""
-    if fmt not in SCALED_MM_FORMATS:
-        raise ValueError(f"pick_scaled_mm_config: fmt must be one of {SCALED_MM_FORMATS}; got {fmt!r}")
+    get_format(fmt, "pick_scaled_mm_config")
     gpu = current_gpu_name(device) if gpu is None else canonical_gpu_name(gpu)
     from hlcore.configs import config_dir
 

@@ -1,33 +1,30 @@
-"""Shared test helpers: the per-format tolerance table and error measures.
+"""Shared test helpers: error measures, the per-format tolerance table, aux-kernel cases and
+quantization checks, for the tests of every package.
 
-Errors are the relative Frobenius error ``||out - ref||_F / ||ref||_F`` against the fp32
-dequantized reference of the *same quantized inputs*, so fp8/int8 quantization error itself does not
-count; what remains is accumulation order, the output rounding and split-K atomics.
+The error measures and tolerances live in :mod:`hlcore.numerics` (production code imports them
+from there); they are re-exported here so tests keep one import. Errors are the relative Frobenius
+error ``||out - ref||_F / ||ref||_F`` against the fp32 dequantized reference of the *same quantized
+inputs*, so fp8/int8 quantization error itself does not count.
 """
 
 from __future__ import annotations
 
 import torch
 
-# (format, out_dtype) -> max relative Frobenius error.
-# Why these numbers:
-# * bf16 output rounding alone gives ~1.1e-3 rms relative error (8-bit mantissa); split-K adds into
-#   the bf16 output with atomics, one rounding per chunk: ~sqrt(split_k) x that (4e-3 measured on
-#   H200 at split_k=8). CUTLASS FP8 uses fast (imprecise) fp8 accumulation on sm90 (~3e-3 at K=4096),
-#   so comparisons against vLLM's kernels need the same headroom. 1.5e-2 leaves room for both.
-# * fp16 has 3 more mantissa bits: 8x tighter.
-# * fp32 output: only the fp32 accumulation order differs.
-# * w8a8_int8 accumulates exactly in int32, so only the output rounding and split-K remain (CUTLASS
-#   int8 is exact too): the same numbers hold with margin.
-# * block_fp8 scales each 128-wide K tile's fp32 partial product (one extra fp32 rounding per tile,
-#   ~1e-7); DeepGEMM's two-level promotion and the Triton block kernel differ from it by the same
-#   output-rounding-sized amounts: the same numbers.
-_PER_OUT_DTYPE = {torch.bfloat16: 1.5e-2, torch.float16: 2e-3, torch.float32: 1e-4}
-TOLERANCES: dict[tuple[str, torch.dtype], float] = {
-    (fmt, dtype): tol
-    for fmt in ("fp8_dynamic", "w8a8_int8", "block_fp8")
-    for dtype, tol in _PER_OUT_DTYPE.items()
-}
+from hlcore.numerics import TOLERANCES, max_abs_error, rel_error, tolerance
+
+__all__ = [
+    "AUX_CASES",
+    "TOLERANCES",
+    "assert_per_token_fp8_close",
+    "assert_per_token_int8_close",
+    "aux_case_ids",
+    "fp8_bytes_differ",
+    "fp8_interpreter_roundings",
+    "max_abs_error",
+    "rel_error",
+    "tolerance",
+]
 
 
 # Auxiliary-kernel test cases (hidden size, num_tokens, dtype, strided rows): one per hidden size of the
@@ -48,36 +45,6 @@ AUX_CASES = [
 def aux_case_ids(prefix: str) -> list[str]:
     """pytest ids for :data:`AUX_CASES`, e.g. ``H1024-M33-bfloat16-contig`` for ``prefix="H"``."""
     return [f"{prefix}{h}-M{m}-{str(dt)[6:]}-{'strided' if s else 'contig'}" for h, m, dt, s in AUX_CASES]
-
-
-def tolerance(fmt: str, out_dtype: torch.dtype) -> float:
-    """The relative Frobenius tolerance for ``fmt`` (e.g. ``"fp8_dynamic"``) at ``out_dtype``."""
-    try:
-        return TOLERANCES[(fmt, out_dtype)]
-    except KeyError:
-        raise ValueError(f"no tolerance for format {fmt!r} with out_dtype {out_dtype}") from None
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative Frobenius error in float64; 0 for two empty tensors; inf if ``out`` has NaN/inf
-    where ``ref`` is finite."""
-    if out.shape != ref.shape:
-        raise ValueError(f"rel_error: shapes differ: out {tuple(out.shape)} vs ref {tuple(ref.shape)}")
-    if out.numel() == 0:
-        return 0.0
-    o, r = out.double(), ref.double()
-    if not torch.isfinite(o).all():
-        return float("inf")
-    denom = r.norm().item()
-    num = (o - r).norm().item()
-    return num / denom if denom > 0 else num
-
-
-def max_abs_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """Largest absolute difference (0 for empty tensors)."""
-    if out.numel() == 0:
-        return 0.0
-    return (out.double() - ref.double()).abs().max().item()
 
 
 # --------------------------------------------------------------------------------------------

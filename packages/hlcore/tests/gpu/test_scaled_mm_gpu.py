@@ -84,14 +84,12 @@ def test_cuda_graph_replay_equals_eager(split_k):
 
 
 @pytest.mark.parametrize("split_k,with_bias", [(1, True), (8, True), (8, False)])
-def test_pdl_waits_for_the_kernel_that_writes_its_input(split_k, with_bias):
-    """``pdl``: under CUDA-graph replay each GEMM follows the kernel that writes its activations
-    (and, the GEMM before it, a PDL launch that signals early); every output must match the
-    reference for the activations written right before it, with nothing stale. Without the
-    griddepcontrol wait such a GEMM may read A before the copy lands; with split-K, partial sums added
-    before the output fill landed would be lost (the outputs start as NaN)."""
+def test_graph_replay_after_the_kernel_that_writes_its_input(split_k, with_bias):
+    """Under CUDA-graph replay each GEMM follows the kernel that writes its activations; every
+    output must match the reference for the activations written right before it, with nothing
+    stale; with split-K, partial sums added before the output fill landed would be lost (the
+    outputs start as NaN)."""
     cfg = {"block_sizes": [16, 64, 128], "split_k": split_k, "swap_ab": True, "num_warps": 4, "num_stages": 3}
-    cfg["pdl"] = True
     d = generate_scaled_mm_inputs(8, 4096, 4096, device="cuda", with_bias=with_bias, seed=7)
     sources = [generate_scaled_mm_inputs(8, 4096, 4096, device="cuda", seed=20 + i)["a"] for i in range(6)]
     scaled_mm(**d, config=cfg)  # compile outside the capture

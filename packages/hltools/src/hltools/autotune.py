@@ -369,7 +369,7 @@ def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
     inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)
     tol = tolerance(key.fmt, inputs["out_dtype"])
 
-    def reference(a, b_t, scale_a, scale_b, bias, workspace, tickets, out_dtype, group_k):
+    def reference(a, b_t, scale_a, scale_b, bias, out_dtype, group_k):
         block = sm.BLOCK_SIZE if group_k else None
         return sm.scaled_mm_ref(a, b_t.t(), scale_a, scale_b, out_dtype, bias, block_size=block)
 

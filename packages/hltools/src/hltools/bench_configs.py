@@ -5,9 +5,12 @@ config it picked next to vLLM's default kernel for the format, in one process un
 :func:`entries_from_bench` turns those rows into config entries: one per (format, N, K, M) key,
 ``config`` = the Helion config that was measured, ``"fallback": true`` where Helion's median was
 above vLLM's (dispatch then keeps vLLM's kernel for that key, issue 4), ``stats`` = the two
-medians. The CLI writes them to ``<output>/scaled_mm/<gpu>.json`` with
-:func:`hlcore.config_store.save_config_file` (merged), the GPU and versions taken from the
-benchmark rows, never from this machine.
+medians. The CLI writes the configs and fallback marks to ``<output>/scaled_mm/<gpu>.json`` with
+:func:`hlcore.config_store.save_config_file` (merged; the file the wheel ships), and each key's
+``stats`` to the sidecar ``<stats-output>/scaled_mm/<gpu>.stats.json`` beside the benchmark results
+with :func:`hlcore.config_store.save_stats_file` (merged, keyed the same way; default
+``<output>/../lab/results/config-stats``, i.e. ``lab/results/config-stats`` for the repo's
+``configs``). The GPU and versions come from the benchmark rows, never from this machine.
 
 Rules:
 
@@ -61,7 +64,9 @@ from hlcore.config_store import (
     metadata_mismatch,
     read_config_file,
     save_config_file,
+    save_stats_file,
     scaled_mm_key,
+    stats_file_path,
 )
 from hlcore.scaled_mm_config import (
     SCALED_MM_FORMATS,
@@ -308,6 +313,28 @@ def bench_metadata(
     return {k: v for k, v in meta.items() if v not in ("", None) or k == "commit"}
 
 
+STATS_NOTE = (
+    "per-key measurements of the side-by-side benchmark behind the entries of config_file (Helion's "
+    "and vLLM's medians, the config's source, the layers measured); informative only, nothing reads "
+    "them at run time"
+)
+#: ``_metadata`` fields of the config file repeated in its stats sidecar.
+STATS_METADATA_FIELDS = ("gpu", "gpu_name", "helion", "source", "command", "date", "generated", "commit")
+
+
+def default_stats_dir(output: Path) -> Path:
+    """Where the stats sidecars of config directory ``output`` go by default: the
+    ``lab/results/config-stats`` folder beside it (``configs`` -> ``lab/results/config-stats``)."""
+    return output.parent / "lab" / "results" / "config-stats"
+
+
+def stats_metadata(metadata: Mapping[str, Any], config_file: Path | str) -> dict[str, Any]:
+    """The sidecar's ``_metadata``: which config file it belongs to, :data:`STATS_NOTE` and the
+    config file's own :data:`STATS_METADATA_FIELDS`."""
+    own = {f: metadata[f] for f in STATS_METADATA_FIELDS if metadata.get(f) is not None}
+    return {**own, "config_file": str(config_file), "note": STATS_NOTE}
+
+
 #: ``_metadata`` fields that say where a file's entries came from (kept under ``"earlier"`` on merge).
 PROVENANCE_FIELDS = ("command", "bench_commands", "date", "generated", "commit", "note")
 
@@ -342,6 +369,76 @@ def _configs() -> None:
     """Config files of the Helion kernels."""
 
 
+def _read_bench(kernels_json: Sequence[Path]) -> tuple[list, list[dict]]:
+    """Rows and metadata of every benchmark result file (``typer.BadParameter`` for a bad one)."""
+    from hltools.bench import read_results  # imports torch: not at module level (fast --help)
+
+    results: list = []
+    bench_meta: list[dict] = []
+    for path in kernels_json:
+        try:
+            meta, rows = read_results(path)
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="KERNELS_JSON") from None
+        bench_meta.append(meta)
+        results += rows
+    return results, bench_meta
+
+
+def _merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Console) -> tuple[bool, set]:
+    """``(merge, keys already there)`` for writing ``path``; a file of another GPU or helion version
+    (or an unreadable one) exits 2 unless ``force`` (then it is started afresh). Sets
+    ``metadata["earlier"]`` when merging into an existing file."""
+    if not path.exists():
+        return True, set()
+    try:
+        current = read_config_file(path)
+        reason = metadata_mismatch(current.metadata, metadata["gpu"], metadata["helion"])
+    except ConfigFileError as exc:
+        reason = str(exc)
+    if reason:
+        if not force:
+            console.print(
+                f"[bold red]{path}: {reason}; rerun with --force to replace it (or pick another --output)"
+            )
+            raise typer.Exit(2)
+        return False, set()  # as autotune --force: the file is started afresh
+    metadata["earlier"] = earlier_provenance(current.metadata)
+    return True, set(current.entries)
+
+
+def _print_summary(console, path, kernels_json, entries, written, kept, skipped) -> None:
+    table = Table(title=f"{path}: from {', '.join(map(str, kernels_json))}")
+    for col in ("format", "written", "fallback", "Helion faster", "kept"):
+        table.add_column(col, justify="left" if col == "format" else "right")
+    for fmt in dict.fromkeys(e.key["format"] for e in entries):
+        fw = [e for e in written if e.key["format"] == fmt]
+        marked = sum(e.fallback for e in fw)
+        fk = sum(e.key["format"] == fmt for e in kept)
+        table.add_row(str(fmt), str(len(fw)), str(marked), str(len(fw) - marked), str(fk))
+    console.print(table)
+    for reason in skipped:
+        console.print(f"skipped {reason}", markup=False, highlight=False, style="yellow")
+    total_marked = sum(e.fallback for e in written)
+    console.print(
+        f"{len(written)} keys written ({total_marked} marked fallback), {len(kept)} kept (already in "
+        f"the file), {len(skipped)} rows skipped -> {path}" + ("" if written else " (unchanged)"),
+        style="bold green",
+    )
+
+
+def write_config_and_stats(
+    path: Path, stats_path: Path, entries: Sequence[ConfigEntry], metadata: dict[str, Any], *, merge: bool
+) -> None:
+    """``entries`` without their stats (key, config, fallback mark) and ``metadata`` (plus
+    ``stats_file``) into the config file ``path``; their stats into the sidecar ``stats_path``
+    (same keys, :func:`stats_metadata`). Both merged unless ``merge`` is False."""
+    metadata = {**metadata, "stats_file": str(stats_path)}
+    save_config_file(path, [ConfigEntry(e.key, e.config, e.fallback) for e in entries], metadata, merge=merge)
+    stats = {e.id: e.stats for e in entries if e.stats}
+    save_stats_file(stats_path, stats, stats_metadata(metadata, path), merge=merge)
+
+
 @configs_app.command("from-bench")
 def from_bench(
     kernels_json: Annotated[
@@ -351,8 +448,23 @@ def from_bench(
         ),
     ],
     output: Annotated[
-        Path, typer.Option(help="Config directory: writes `<output>/scaled_mm/<gpu>.json` (merged).")
+        Path,
+        typer.Option(
+            help="Config directory: writes `<output>/scaled_mm/<gpu>.json` (merged): key, config, fallback "
+            "mark and `_metadata` provenance, the file the hlcore wheel ships."
+        ),
     ] = Path("configs"),
+    stats_output: Annotated[
+        Path | None,
+        typer.Option(
+            "--stats-output",
+            metavar="<path>",
+            help="Directory of the per-key measurements (Helion and vLLM medians, config source, "
+            "layers): writes `<stats-output>/scaled_mm/<gpu>.stats.json` (merged, keyed as the config "
+            "file), beside the benchmark results and never shipped. Default: `lab/results/config-stats` "
+            "beside the --output directory (`<output>/../lab/results/config-stats`).",
+        ),
+    ] = None,
     config_dir: Annotated[
         Path | None,
         typer.Option(
@@ -383,22 +495,14 @@ def from_bench(
     Each (format, N, K, M) gets the Helion config that was measured; keys where Helion's median was
     above vLLM's default kernel's are marked `"fallback": true` (dispatch keeps vLLM's kernel
     there). GPU, versions and date come from the benchmark rows. These configs are what the
-    benchmark ran (the heuristic defaults unless it had a config file), not autotuned ones.
+    benchmark ran (the heuristic defaults unless it had a config file), not autotuned ones. The
+    measurements behind each key go to a stats sidecar (`--stats-output`), not the config file.
     """
-    from hltools.bench import read_results  # imports torch: not at module level (fast --help)
-
     console = _console()
-    results: list = []
-    bench_meta: list[dict] = []
-    for path in kernels_json:
-        try:
-            meta, rows = read_results(path)
-        except (OSError, ValueError) as exc:
-            raise typer.BadParameter(str(exc), param_hint="KERNELS_JSON") from None
-        bench_meta.append(meta)
-        results += rows
+    results, bench_meta = _read_bench(kernels_json)
     command = shlex.join(
         ["hltools", "configs", "from-bench", *map(str, kernels_json), "--output", str(output)]
+        + (["--stats-output", str(stats_output)] if stats_output is not None else [])
         + (["--config-dir", str(config_dir)] if config_dir is not None else [])
         + (["--only-new"] if only_new else [])
         + (["--force"] if force else [])
@@ -417,43 +521,13 @@ def from_bench(
         raise typer.Exit(1)
 
     path = config_file_path(SCALED_MM_KERNEL, metadata["gpu"], output)
-    merge = True
-    present: set = set()  # keys of the file that is merged into
-    if path.exists():
-        try:
-            current = read_config_file(path)
-            reason = metadata_mismatch(current.metadata, metadata["gpu"], metadata["helion"])
-            present = set(current.entries)
-        except ConfigFileError as exc:
-            reason = str(exc)
-        if reason:
-            if not force:
-                console.print(
-                    f"[bold red]{path}: {reason}; rerun with --force to replace it (or pick another --output)"
-                )
-                raise typer.Exit(2)
-            merge, present = False, set()  # as autotune --force: the file is started afresh
-        else:
-            metadata["earlier"] = earlier_provenance(current.metadata)
+    merge, present = _merge_target(path, metadata, force, console)
     kept = [e for e in entries if e.id in present] if only_new else []
     written = [e for e in entries if not (only_new and e.id in present)]
     if written:
-        save_config_file(path, written, metadata, merge=merge)
-
-    table = Table(title=f"{path}: from {', '.join(map(str, kernels_json))}")
-    for col in ("format", "written", "fallback", "Helion faster", "kept"):
-        table.add_column(col, justify="left" if col == "format" else "right")
-    for fmt in dict.fromkeys(e.key["format"] for e in entries):
-        fw = [e for e in written if e.key["format"] == fmt]
-        marked = sum(e.fallback for e in fw)
-        fk = sum(e.key["format"] == fmt for e in kept)
-        table.add_row(str(fmt), str(len(fw)), str(marked), str(len(fw) - marked), str(fk))
-    console.print(table)
-    for reason in skipped:
-        console.print(f"skipped {reason}", markup=False, highlight=False, style="yellow")
-    total_marked = sum(e.fallback for e in written)
-    console.print(
-        f"{len(written)} keys written ({total_marked} marked fallback), {len(kept)} kept (already in "
-        f"the file), {len(skipped)} rows skipped -> {path}" + ("" if written else " (unchanged)"),
-        style="bold green",
-    )
+        stats_dir = stats_output if stats_output is not None else default_stats_dir(output)
+        stats_path = stats_file_path(SCALED_MM_KERNEL, metadata["gpu"], stats_dir)
+        write_config_and_stats(path, stats_path, written, metadata, merge=merge)
+    _print_summary(console, path, kernels_json, entries, written, kept, skipped)
+    if written:
+        console.print(f"measurements of the {len(written)} keys -> {stats_path}", style="green")
