@@ -363,8 +363,8 @@ def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
     import helion
 
     from hlcore import scaled_mm as sm
+    from hlcore.numerics import rel_error, tolerance
     from hlcore.scaled_mm_config import default_scaled_mm_config
-    from hlcore.testing import rel_error, tolerance
 
     inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)
     tol = tolerance(key.fmt, inputs["out_dtype"])
@@ -403,7 +403,7 @@ def time_vllm_kernel(copies: Sequence[dict[str, Any]], fmt: str, timer: Callable
     from the fp32 reference of the operands it multiplies."""
     import torch
 
-    from hlcore.testing import rel_error, tolerance
+    from hlcore.numerics import rel_error, tolerance
     from hltools import providers
 
     first = copies[0]
@@ -425,8 +425,8 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
     """Check ``config`` against the fp32 reference, then time it, the default config and vLLM's
     kernel as CUDA-graph replays over weight copies larger than L2; keep the faster Helion config."""
     from hlcore import scaled_mm as sm
+    from hlcore.numerics import rel_error, tolerance
     from hlcore.scaled_mm_config import default_scaled_mm_config
-    from hlcore.testing import rel_error, tolerance
     from hltools.timing import copies_for, time_graph
 
     inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)

@@ -400,7 +400,7 @@ def _judge(row: BenchResult, out_dtype: torch.dtype, bandwidth_gbs, tolerance) -
 
 def _run_candidate(cand: Candidate, run: _ShapeRun, m: int, ref, row: BenchResult) -> str | None:
     """Fill ``row`` from ``cand`` at ``m``; return None on success, else why it was skipped."""
-    from hlcore.testing import rel_error
+    from hlcore.numerics import rel_error
 
     key = cand.kernel
     if key not in run.prepared:

@@ -49,7 +49,7 @@ class BenchResult:
     ``speedup_vs_vllm`` = vLLM's median / this median; ``rel_err``: relative Frobenius error of this
     provider's output vs the fp32 dequantized reference (weight copy 0; DeepGEMM's includes vLLM's
     UE8M0 re-quantization of the weight, about 2.6e-2); ``ok``: ran, timed, and (for
-    Helion) within the hlcore.testing tolerance. ``config``: for Helion, where the config came from
+    Helion) within the hlcore.numerics tolerance. ``config``: for Helion, where the config came from
     and what it was: ``"<source> <compact JSON>"``, e.g. ``exact {"block_sizes":[16,64,128],...}``
     (source: the picker's ``exact``, ``nearest``, ``heuristic``..., plus `` (marked fallback)``
     when the picked entry is marked); results of older benchmarks hold only the source (or only

@@ -11,7 +11,7 @@ with the config :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` picks (bf1
 
 * correctness: relative Frobenius error ``||out - ref||_F / ||ref||_F`` against the fp32 dequantized
   :func:`hlcore.scaled_mm.scaled_mm_ref` of the same quantized inputs, within
-  :func:`hlcore.testing.tolerance` (``"fp8_dynamic"``, per out dtype);
+  :func:`hlcore.numerics.tolerance` (``"fp8_dynamic"``, per out dtype);
 * cross-check (GPU only): the same relative error between Helion's output and the fallback kernel's
   (vLLM's default kernel for the format and layer shape, :func:`hltools.providers.vllm_default`),
   which catches a reference and kernel that agree on wrong semantics. Both multiply the same
@@ -19,7 +19,7 @@ with the config :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` picks (bf1
   scales), Helion is run once more on the re-quantized weight for this check. The fallback has its
   own error (CUTLASS accumulates fp8 products imprecisely on sm90: ~2e-3 at K = 8192, above the fp16
   tolerance), so this check uses :func:`cross_check_tolerance`, the bf16 tolerance that
-  hlcore.testing sizes for it;
+  hlcore.numerics sizes for it;
 * speed (GPU only): CUDA-graph replay over ``copies_for(N * K)`` distinct random weights (more bytes
   than L2), Helion vs the fallback (each weight copy processed once beforehand as vLLM does at load
   time, activation scales once in the layout it reads), and Helion's share of the HBM roofline
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from hlcore.testing import max_abs_error, rel_error, tolerance
+from hlcore.numerics import max_abs_error, rel_error, tolerance
 from hltools.providers import ScaledMMProvider, vllm_default
 from hltools.results import ResultTable, cell
 from hltools.shapes import LinearShape

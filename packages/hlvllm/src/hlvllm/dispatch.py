@@ -18,7 +18,7 @@ because of us.
 Never silently wrong: the first eager Helion call of each (format, M, N, K) (the warm-up compile
 before capture, or the first call under ``HL_HELION_EAGER``) also runs vLLM's kernel on the same
 inputs; if the two differ by more than twice the format's tolerance against the fp32 reference
-(:func:`hlcore.testing.tolerance`; each kernel is within it), or Helion's output is not finite where
+(:func:`hlcore.numerics.tolerance`; each kernel is within it), or Helion's output is not finite where
 vLLM's is, that shape logs one warning and uses vLLM's kernel from then on (its result is returned).
 """
 
@@ -152,9 +152,9 @@ def report_failure(fmt: str, m: int, n: int, k: int, exc: BaseException) -> None
 def disagreement(fmt: str, out: torch.Tensor, ref: torch.Tensor) -> str | None:
     """Why Helion's ``out`` and vLLM's ``ref`` (same inputs) cannot both be right, or None: a
     shape/dtype mismatch, a non-finite value where vLLM's is finite, or a relative Frobenius error
-    (:func:`hlcore.testing.rel_error`; absolute when ``ref`` is all zeros) above twice the format's
-    tolerance against the fp32 reference (:func:`hlcore.testing.tolerance`)."""
-    from hlcore.testing import rel_error, tolerance
+    (:func:`hlcore.numerics.rel_error`; absolute when ``ref`` is all zeros) above twice the format's
+    tolerance against the fp32 reference (:func:`hlcore.numerics.tolerance`)."""
+    from hlcore.numerics import rel_error, tolerance
 
     if out.shape != ref.shape or out.dtype != ref.dtype:
         return f"shape/dtype {tuple(out.shape)} {out.dtype} vs {tuple(ref.shape)} {ref.dtype}"

@@ -167,7 +167,7 @@ def _measure(out: Console, shapes, candidates, dtype, seed: int, shared, metadat
     are written after each shape (a killed run keeps them)."""
     import functools
 
-    from hlcore.testing import tolerance
+    from hlcore.numerics import tolerance
     from hltools import bench, kernel_results
     from hltools.timing import copies_for, time_graph
 

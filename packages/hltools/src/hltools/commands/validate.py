@@ -40,7 +40,7 @@ def validate(
     """Check the Helion scaled_mm (each --formats, picked config) on every linear (N, K) of a model.
 
     Each row compares the kernel with the fp32 dequantized reference (relative Frobenius error
-    within the per-dtype tolerance of hlcore.testing). On a CUDA GPU it also compares with and
+    within the per-dtype tolerance of hlcore.numerics). On a CUDA GPU it also compares with and
     times against vLLM's default kernel for the format (cutlass_scaled_mm for fp8_dynamic and
     w8a8_int8, DeepGEMM / CUTLASS block / Triton block for block_fp8) under
     CUDA-graph replay with rotating weights, and reports % of the measured HBM copy bandwidth.
