@@ -10,11 +10,13 @@
 #      one sequence alone at 128 and 1024 prompt tokens (10 one-token generates each).
 #   E2 the same for W8A8_INT8 (TTFT 20 -> 35 ms with the plugin before the lowering).
 #   E3 the same for Block_FP8 (DeepGEMM baseline; VLLM_DEEP_GEMM_WARMUP=skip, one JIT cache).
+#   P  where the plugin's time to first token goes: one 128-token prefill of 8-layer W8A8_INT8 engines,
+#      off and on, under vLLM's torch profiler (host ops, GPU kernels) and timed 10x unprofiled.
 #   K1, K2, K3  the shipped keys' fallback marks from margins: three independent processes of
 #      `hltools bench kernels` over the six shipped models (each phase one process; the marks need
 #      vLLM faster by > 2 % in the median of the three).
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-05.sh A|E1|E2|E3|K1|K2|K3
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-05.sh A|E1|E2|E3|P|K1|K2|K3
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -33,9 +35,17 @@ A)
     tail -5 "$O/gpu-tests-ops.log"
     ;;
 E1) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --repeats 3 --ttft-lens 128,1024 --ttft-repeats 10 --timeout 260 ;;
-E2) e2e e2e-8b-int8 qwen3-8b w8a8_int8 1 --repeats 3 --ttft-lens 128,1024 --ttft-repeats 10 --timeout 260 ;;
+E2) e2e e2e-8b-int8 qwen3-8b w8a8_int8 1 --repeats 3 --ttft-lens 128,1024 --ttft-repeats 30 --timeout 260 ;;
 E3) VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit e2e e2e-8b-block qwen3-8b block_fp8 1 \
         --repeats 3 --ttft-lens 128,1024 --ttft-repeats 10 --timeout 280 ;;
+P)  # where does the plugin's TTFT go? one 128-token prefill of an 8-layer W8A8 engine, off vs on, traced
+    for s in off on; do
+        run prof-int8-$s 200 python3 lab/scripts/profile_e2e.py run --plugin $s --quant int8 --layers 8 \
+            --prefill-prompts 1 --repeats 10 --out "$O/$s"
+    done
+    python3 lab/scripts/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    cat "$O/off-vs-on.txt"
+    ;;
 K1) kb marks-1 qwen3-1.7b,qwen3-4b,qwen3-8b,qwen3-14b,qwen3-32b,llama-3.1-8b fp8_dynamic,w8a8_int8,block_fp8 ;;
 K2) kb marks-2 qwen3-1.7b,qwen3-4b,qwen3-8b,qwen3-14b,qwen3-32b,llama-3.1-8b fp8_dynamic,w8a8_int8,block_fp8 ;;
 K3)
