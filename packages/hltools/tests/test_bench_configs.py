@@ -20,6 +20,9 @@ from hltools.cli import app
 from hltools.results import write_json
 
 runner = CliRunner()
+#: The single-run rule (any loss marks, one process is enough): the CLI tests below exercise file
+#: writing, merging and provenance on one benchmark run each; the 3-process margin rule has its own.
+ONE_RUN = ["--min-processes", "1", "--margin", "0"]
 VERSIONS = {"torch": "2.11.0", "triton": "3.6.0", "helion": "1.5.0", "vllm": "0.26.0"}
 TUNED = {"block_sizes": [16, 64, 128], "num_warps": 8, "num_stages": 3, "split_k": 2, "swap_ab": True}
 
@@ -148,7 +151,7 @@ def test_cli_writes_a_loadable_file_with_fallback_marks(tmp_path, picks, monkeyp
         tmp_path / "b.json", _pair(12.0, 10.0, fmt="block_fp8", m=1), "hltools bench kernels --b"
     )
     out = tmp_path / "out"
-    result = runner.invoke(app, ["configs", "from-bench", str(a), str(b), "--output", str(out)])
+    result = runner.invoke(app, ["configs", "from-bench", str(a), str(b), "--output", str(out), *ONE_RUN])
     assert result.exit_code == 0, result.output
     assert "3 keys written (2 marked fallback), 0 kept" in " ".join(result.output.split())
     path = out / "scaled_mm" / "nvidia_h200.json"
@@ -174,7 +177,7 @@ def test_cli_writes_a_loadable_file_with_fallback_marks(tmp_path, picks, monkeyp
 
     # rerun with one more key: merged, the others kept
     c = _write_bench(tmp_path / "c.json", _pair(9.0, 10.0, m=4))
-    result = runner.invoke(app, ["configs", "from-bench", str(c), "--output", str(out)])
+    result = runner.invoke(app, ["configs", "from-bench", str(c), "--output", str(out), *ONE_RUN])
     assert result.exit_code == 0, result.output
     assert len(cs.read_config_file(path).entries) == 4
 
@@ -189,10 +192,10 @@ def test_cli_refuses_another_gpu_or_helion_without_force(tmp_path, meta):
     cs.save_config_file(path, [old], meta)
     before = path.read_text()
     a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0))
-    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)])
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN])
     assert result.exit_code == 2, result.output
     assert "--force" in result.output and path.read_text() == before
-    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), "--force"])
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), "--force", *ONE_RUN])
     assert result.exit_code == 0, result.output
     cf = cs.read_config_file(path)
     assert cf.metadata["gpu"] == "nvidia_h200" and cf.metadata["helion"] == "1.5.0"
@@ -202,7 +205,9 @@ def test_cli_refuses_another_gpu_or_helion_without_force(tmp_path, meta):
 def test_cli_refuses_rows_of_two_gpus(tmp_path):
     rows = _pair(9.0, 10.0) + _pair(9.0, 10.0, m=2, gpu="NVIDIA H100 80GB HBM3")
     a = _write_bench(tmp_path / "a.json", rows)
-    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(tmp_path / "out")])
+    result = runner.invoke(
+        app, ["configs", "from-bench", str(a), "--output", str(tmp_path / "out"), *ONE_RUN]
+    )
     assert result.exit_code == 2 and "several GPU" in result.output
     assert not (tmp_path / "out").exists()
 
@@ -260,7 +265,7 @@ def test_helion_row_config_says_source_and_config(tmp_path, picks, monkeypatch):
     rows += _pair(9.0, 10.0, m=4, config=bench._helion_config(inputs, 4))
     a = _write_bench(tmp_path / "a.json", rows)
     out = tmp_path / "new"
-    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)])
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN])
     assert result.exit_code == 0, result.output
     cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
     one, four = (cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m)) for m in (1, 4))
@@ -310,7 +315,7 @@ def test_cli_resolves_label_only_rows_with_config_dir(tmp_path, picks, monkeypat
     _config_file(ran)
     a = _write_bench(tmp_path / "a.json", _label_only_rows())
     out = tmp_path / "out"
-    args = ["configs", "from-bench", str(a), "--output", str(out), "--config-dir", str(ran)]
+    args = ["configs", "from-bench", str(a), "--output", str(out), "--config-dir", str(ran), *ONE_RUN]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
@@ -341,7 +346,7 @@ def test_cli_resolves_label_only_rows_with_config_dir(tmp_path, picks, monkeypat
 def test_cli_skips_label_only_rows_without_config_dir(tmp_path):
     a = _write_bench(tmp_path / "a.json", _label_only_rows())
     out = tmp_path / "out"
-    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)])
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN])
     assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
     assert "nothing written" in text and text.count("the row did not record (--config-dir DIR") == 5
@@ -357,7 +362,7 @@ def test_cli_only_new_keeps_existing_keys(tmp_path):
     first = {"command": "hltools autotune --model qwen3-8b", "date": "2026-11-30", "earlier": [{"date": "x"}]}
     cs.save_config_file(path, [old], {"gpu": "nvidia_h200", "helion": "1.5.0", **first})
     a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2))
-    args = ["configs", "from-bench", str(a), "--output", str(out)]
+    args = ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN]
     result = runner.invoke(app, [*args, "--only-new"])
     assert result.exit_code == 0, result.output
     assert "1 keys written (1 marked fallback), 1 kept" in " ".join(result.output.split())
@@ -391,7 +396,7 @@ def test_cli_writes_stats_to_the_sidecar_not_the_config_file(tmp_path):
     rows = _pair(9.0, 10.0, m=1) + _pair(11.0, 10.0, m=2, fmt="block_fp8")
     a = _write_bench(tmp_path / "a.json", rows)
     out, stats_dir = tmp_path / "configs", tmp_path / "elsewhere"
-    args = ["configs", "from-bench", str(a), "--output", str(out), "--stats-output", str(stats_dir)]
+    args = ["configs", "from-bench", str(a), "--output", str(out), "--stats-output", str(stats_dir), *ONE_RUN]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     path = out / "scaled_mm" / "nvidia_h200.json"
@@ -422,10 +427,12 @@ def test_cli_stats_sidecar_default_location_and_merge(tmp_path):
     out = tmp_path / "configs"
     sidecar = tmp_path / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h200.stats.json"
     a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1))
-    assert runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN]).exit_code == 0
+    )
     assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 9.0
     b = _write_bench(tmp_path / "b.json", _pair(12.0, 10.0, m=1) + _pair(8.0, 10.0, m=2))
-    args = ["configs", "from-bench", str(b), "--output", str(out)]
+    args = ["configs", "from-bench", str(b), "--output", str(out), *ONE_RUN]
     result = runner.invoke(app, [*args, "--only-new"])
     assert result.exit_code == 0, result.output
     assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 9.0  # kept
@@ -438,3 +445,72 @@ def test_cli_stats_sidecar_default_location_and_merge(tmp_path):
         .get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1))
         .fallback
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Fallback marks from margins: vLLM faster by > 2 % in the median of >= 3 independent processes
+# ------------------------------------------------------------------------------------------------
+def _processes(*runs):
+    """Rows of several benchmark processes (one list of rows each) and each row's process index."""
+    rows, procs = [], []
+    for i, run in enumerate(runs):
+        rows += run
+        procs += [i] * len(run)
+    return rows, procs
+
+
+def test_marks_need_a_margin_in_the_median_of_three_processes():
+    """Per key: the median over processes of Helion / vLLM; marked above 1.02 only."""
+    rows, procs = _processes(
+        _pair(10.3, 10.0, m=1) + _pair(10.1, 10.0, m=2) + _pair(10.3, 10.0, m=4),
+        _pair(10.1, 10.0, m=1) + _pair(10.3, 10.0, m=2) + _pair(9.9, 10.0, m=4),
+        _pair(10.5, 10.0, m=1) + _pair(9.9, 10.0, m=2) + _pair(10.4, 10.0, m=4),
+    )
+    entries = _by_key(entries_from_bench(rows, processes=procs, margin=0.02, min_processes=3))
+    one, two, four = (entries["fp8_dynamic", 6144, 4096, m] for m in (1, 2, 4))
+    assert one.fallback  # 1.03 (median of 1.01, 1.03, 1.05)
+    assert not two.fallback  # 1.01: inside the margin (the old any-loss rule marked it)
+    assert four.fallback  # 1.03
+    assert one.stats["process_ratios"] == pytest.approx([1.01, 1.03, 1.05])
+    assert one.stats["median_ratio"] == pytest.approx(1.03)
+    assert one.stats["ratio_spread_pct"] == pytest.approx(100 * (1.05 / 1.01 - 1))
+    assert one.stats["helion_us"] == 10.3 and one.stats["measurements"] == 3  # the median process
+
+
+def test_a_key_in_too_few_processes_is_skipped_and_a_process_counts_its_worst_measurement():
+    rows, procs = _processes(
+        _pair(9.0, 10.0, m=1, model="a")
+        + _pair(10.5, 10.0, m=1, model="b", layer="o")
+        + _pair(9.0, 10.0, m=2),
+        _pair(10.5, 10.0, m=1),
+        _pair(9.0, 10.0, m=1) + _pair(9.0, 10.0, m=2),
+    )
+    skipped: list[str] = []
+    entries = _by_key(entries_from_bench(rows, skipped, processes=procs, margin=0.02, min_processes=3))
+    assert set(entries) == {("fp8_dynamic", 6144, 4096, 1)}  # M=2: two processes only
+    assert any("M=2: measured in 2 process(es), the rule needs 3" in s for s in skipped), skipped
+    # process 0's worst is 1.05 (model b), process 1: 1.05, process 2: 0.9 -> median 1.05: marked
+    assert entries["fp8_dynamic", 6144, 4096, 1].fallback
+    assert entries["fp8_dynamic", 6144, 4096, 1].stats["process_ratios"] == pytest.approx([0.9, 1.05, 1.05])
+
+
+def test_cli_default_rule_is_three_processes_and_two_percent(tmp_path):
+    runs = [
+        _pair(10.3, 10.0, m=1) + _pair(10.1, 10.0, m=2),
+        _pair(10.1, 10.0, m=1) + _pair(10.3, 10.0, m=2),
+        _pair(10.5, 10.0, m=1) + _pair(9.9, 10.0, m=2),
+    ]
+    files = [str(_write_bench(tmp_path / f"run{i}.json", r)) for i, r in enumerate(runs)]
+    out = tmp_path / "out"
+    one = runner.invoke(app, ["configs", "from-bench", files[0], "--output", str(out)])
+    assert one.exit_code == 1 and "measured in 1 process(es), the rule needs 3" in " ".join(
+        one.output.split()
+    )
+    result = runner.invoke(app, ["configs", "from-bench", *files, "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "2 keys written (1 marked fallback), 0 kept" in " ".join(result.output.split())
+    cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
+    marks = {e.key["m"]: e.fallback for e in cf.entries.values()}
+    assert marks == {1: True, 2: False}
+    assert "--margin 0.02 --min-processes 3" in cf.metadata["command"]
+    assert _stats(out, "fp8_dynamic", 6144, 4096, 2)["process_ratios"] == pytest.approx([0.99, 1.01, 1.03])

@@ -27,13 +27,18 @@ Rules:
   config directory (``--config-dir``), the entry is found again by the picker's rules for the rows'
   GPU and helion version (:func:`pick_from_config_dir`), and the row is used only when that pick
   has the row's label; without it those rows are skipped.
-* The same key measured more than once (two models or layers with one shape, two result files):
-  conservative, ``fallback`` when ANY measurement has Helion slower than vLLM; ``stats`` then
-  report the measurement with the worst Helion/vLLM ratio, and ``measurements`` how many there
-  were. Measurements of one key with different configs are skipped (they cannot be one entry).
+* Fallback marks come from margins over independent processes: each input file is one process
+  (one ``hltools bench kernels`` run). In one process a key's ratio is Helion's median over vLLM's
+  at its worst measurement (two models or layers with one shape: conservative); a key is marked
+  ``"fallback": true`` only when the median of those per-process ratios is above ``1 + margin``
+  (vLLM's kernel faster by more than ``margin``) and it was measured in at least
+  ``min_processes`` processes. The CLI's defaults are the shipped files' rule: a 2 % margin, 3
+  processes; a key measured in fewer processes is skipped (no exact key: hlvllm's speed guard
+  times it at warm-up). ``stats`` report the worst measurement of the median process, the
+  per-process ratios (``process_ratios``, their spread) and ``measurements``. Measurements of one
+  key with different configs are skipped (they cannot be one entry).
 
-Only the side-by-side medians decide: a key is marked when Helion lost by any margin, the
-benchmark's own repeat-to-repeat noise is not subtracted (a near-tie can go either way).
+A mark applies to its own key only: the picker never carries it to another shape (hlvllm routing).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import json
 import logging
 import math
 import shlex
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,8 +93,9 @@ MARKED_SUFFIX = " (marked fallback)"
 VERSION_FIELDS = ("torch", "triton", "helion", "vllm")
 NOTE = (
     "configs are the heuristic defaults (or whatever config each benchmark row ran) as measured by "
-    "`hltools bench kernels`, not autotuned; fallback marks where Helion's median was above vLLM's "
-    "default kernel's in the side-by-side benchmark"
+    "`hltools bench kernels`, not autotuned; fallback marks where vLLM's default kernel was faster "
+    "than Helion by more than the command's --margin in the median over its benchmark processes (one "
+    "per input file, at least --min-processes)"
 )
 
 
@@ -202,30 +209,39 @@ def measured_config(r: BenchResult, *, config_dir: Path | None = None) -> tuple[
 
 
 def entries_from_bench(
-    results: Iterable[BenchResult], skipped: list[str] | None = None, *, config_dir: Path | None = None
+    results: Iterable[BenchResult],
+    skipped: list[str] | None = None,
+    *,
+    config_dir: Path | None = None,
+    processes: Sequence[int] | None = None,
+    margin: float = 0.0,
+    min_processes: int = 1,
 ) -> list[ConfigEntry]:
     """One :class:`ConfigEntry` per (format, N, K, M) with a usable Helion row and a timed vLLM
     row (rules: module docstring), sorted by key. Reasons for skipped rows are appended to
     ``skipped`` (when given) and logged. ``config_dir``: the config directory the benchmark ran
-    with, to resolve label-only rows (:func:`measured_config`)."""
+    with, to resolve label-only rows (:func:`measured_config`). ``processes``: the process (input
+    file) of each row, parallel to ``results`` (default: all one process); ``margin`` and
+    ``min_processes``: the fallback rule (defaults: any loss, one process)."""
     skipped = skipped if skipped is not None else []
     results = list(results)
+    process_of = list(processes) if processes is not None else [0] * len(results)
 
     def skip(reason: str) -> None:
         skipped.append(reason)
         logger.info("hltools configs from-bench: skipped %s", reason)
 
     vllm: dict[tuple, BenchResult] = {}
-    for r in results:
+    for r, p in zip(results, process_of, strict=True):
         if r.provider != "vllm":
             continue
         if not (r.ok and _finite(r.median_us)):
             skip(f"{_label(r)}: vLLM row not timed ({r.note or 'not ok'})")
             continue
-        vllm[_point(r)] = r
+        vllm[(p, *_point(r))] = r
 
-    measurements: dict[tuple, list[tuple[BenchResult, BenchResult, dict[str, Any], str]]] = {}
-    for r in results:
+    measurements: dict[tuple, list[tuple[BenchResult, BenchResult, dict[str, Any], str, int]]] = {}
+    for r, p in zip(results, process_of, strict=True):
         if r.provider != "helion":
             continue
         if r.format not in SCALED_MM_FORMATS:
@@ -234,7 +250,7 @@ def entries_from_bench(
         if not (r.ok and _finite(r.median_us)):
             skip(f"{_label(r)}: Helion row failed ({r.note or 'not ok'})")
             continue
-        base = vllm.get(_point(r))
+        base = vllm.get((p, *_point(r)))
         if base is None:
             skip(f"{_label(r)}: no timed vLLM row at this point")
             continue
@@ -245,31 +261,61 @@ def entries_from_bench(
         if reason := check_scaled_mm_config(config):
             skip(f"{_label(r)}: invalid config ({reason})")
             continue
-        kid = (r.format, r.n, r.k, r.m)
-        measurements.setdefault(kid, []).append((r, base, config, source))
+        measurements.setdefault((r.format, r.n, r.k, r.m), []).append((r, base, config, source, p))
 
     entries = []
     for (fmt, n, k, m), ms in sorted(measurements.items()):
-        if len({json.dumps(c, sort_keys=True) for _, _, c, _ in ms}) > 1:
+        if len({json.dumps(c, sort_keys=True) for _, _, c, _, _ in ms}) > 1:
             skip(f"{fmt} N={n} K={k} M={m}: measured with {len(ms)} different configs")
             continue
-        fallback = any(h.median_us > v.median_us for h, v, _, _ in ms)
-        h, v, config, source = max(ms, key=lambda x: x[0].median_us / x[1].median_us)
-        stats: dict[str, Any] = {
-            "helion_us": h.median_us,
-            "fallback_us": v.median_us,
-            "fallback_kernel": v.kernel,
-            "speedup_vs_fallback": v.median_us / h.median_us,
-            "config_source": source,
-            "source": SOURCE,
-            "models": sorted({x.model for x, _, _, _ in ms}),
-            "layers": sorted({f"{x.model} {x.layer}" for x, _, _, _ in ms}),
-            "measurements": len(ms),
-        }
-        if _finite(h.rel_err):
-            stats["rel_err"] = h.rel_err
-        entries.append(ConfigEntry(scaled_mm_key(fmt, n, k, m), dict(config), fallback, stats))
+        entry = _entry_from_measurements(fmt, n, k, m, ms, margin, min_processes)
+        if isinstance(entry, str):
+            skip(entry)
+            continue
+        entries.append(entry)
     return entries
+
+
+def _ratio(h: BenchResult, v: BenchResult) -> float:
+    return h.median_us / v.median_us
+
+
+def _entry_from_measurements(fmt, n, k, m, ms, margin: float, min_processes: int) -> ConfigEntry | str:
+    """The entry of one key from its measurements ``(helion, vllm, config, source, process)``, or why
+    it is skipped (too few processes)."""
+    worst: dict[int, tuple] = {}  # process -> its worst measurement
+    for x in ms:
+        if x[4] not in worst or _ratio(x[0], x[1]) > _ratio(worst[x[4]][0], worst[x[4]][1]):
+            worst[x[4]] = x
+    if len(worst) < min_processes:
+        return (
+            f"{fmt} N={n} K={k} M={m}: measured in {len(worst)} process(es), the rule needs {min_processes}"
+        )
+    ranked = sorted(worst.values(), key=lambda x: _ratio(x[0], x[1]))
+    ratios = [_ratio(x[0], x[1]) for x in ranked]
+    median_ratio = statistics.median(ratios)
+    h, v, config, source, _ = ranked[(len(ranked) - 1) // 2]  # the median process (lower middle)
+    stats: dict[str, Any] = {
+        "helion_us": h.median_us,
+        "fallback_us": v.median_us,
+        "fallback_kernel": v.kernel,
+        "speedup_vs_fallback": v.median_us / h.median_us,
+        "config_source": source,
+        "source": SOURCE,
+        "models": sorted({x.model for x, *_ in ms}),
+        "layers": sorted({f"{x.model} {x.layer}" for x, *_ in ms}),
+        "measurements": len(ms),
+    }
+    if len(ratios) > 1:
+        stats |= {
+            "process_ratios": ratios,
+            "median_ratio": median_ratio,
+            "ratio_spread_pct": 100.0 * (ratios[-1] / ratios[0] - 1.0),
+        }
+    if _finite(h.rel_err):
+        stats["rel_err"] = h.rel_err
+    fallback = median_ratio > 1.0 + margin
+    return ConfigEntry(scaled_mm_key(fmt, n, k, m), dict(config), fallback, stats)
 
 
 def _one(values: Iterable[str], what: str) -> str:
@@ -369,20 +415,23 @@ def _configs() -> None:
     """Config files of the Helion kernels."""
 
 
-def _read_bench(kernels_json: Sequence[Path]) -> tuple[list, list[dict]]:
-    """Rows and metadata of every benchmark result file (``typer.BadParameter`` for a bad one)."""
+def _read_bench(kernels_json: Sequence[Path]) -> tuple[list, list[dict], list[int]]:
+    """Rows and metadata of every benchmark result file, and each row's file index (its process);
+    ``typer.BadParameter`` for a bad file."""
     from hltools.bench import read_results  # imports torch: not at module level (fast --help)
 
     results: list = []
     bench_meta: list[dict] = []
-    for path in kernels_json:
+    processes: list[int] = []
+    for i, path in enumerate(kernels_json):
         try:
             meta, rows = read_results(path)
         except (OSError, ValueError) as exc:
             raise typer.BadParameter(str(exc), param_hint="KERNELS_JSON") from None
         bench_meta.append(meta)
         results += rows
-    return results, bench_meta
+        processes += [i] * len(rows)
+    return results, bench_meta, processes
 
 
 def _merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Console) -> tuple[bool, set]:
@@ -489,19 +538,37 @@ def from_bench(
         bool,
         typer.Option(help="Replace an existing file whose metadata names another GPU or helion version."),
     ] = False,
+    margin: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="A key is marked fallback only when vLLM's kernel is faster by more than this fraction in "
+            "the median over processes (each input file is one process).",
+        ),
+    ] = 0.02,
+    min_processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Processes (input files) a key must be measured in to be written; keys measured in fewer "
+            "are skipped (hlvllm's speed guard then times them at warm-up).",
+        ),
+    ] = 3,
 ) -> None:
     """Write the scaled_mm config file of the benchmark's GPU from side-by-side kernel results.
 
-    Each (format, N, K, M) gets the Helion config that was measured; keys where Helion's median was
-    above vLLM's default kernel's are marked `"fallback": true` (dispatch keeps vLLM's kernel
-    there). GPU, versions and date come from the benchmark rows. These configs are what the
+    Each (format, N, K, M) gets the Helion config that was measured; a key is marked
+    `"fallback": true` (dispatch keeps vLLM's kernel there) only when vLLM's default kernel is
+    faster by more than --margin in the median of at least --min-processes independent benchmark
+    processes (one per input file); keys measured in fewer processes are skipped. GPU, versions and date come from the benchmark rows. These configs are what the
     benchmark ran (the heuristic defaults unless it had a config file), not autotuned ones. The
     measurements behind each key go to a stats sidecar (`--stats-output`), not the config file.
     """
     console = _console()
-    results, bench_meta = _read_bench(kernels_json)
+    results, bench_meta, processes = _read_bench(kernels_json)
     command = shlex.join(
         ["hltools", "configs", "from-bench", *map(str, kernels_json), "--output", str(output)]
+        + ["--margin", str(margin), "--min-processes", str(min_processes)]
         + (["--stats-output", str(stats_output)] if stats_output is not None else [])
         + (["--config-dir", str(config_dir)] if config_dir is not None else [])
         + (["--only-new"] if only_new else [])
@@ -513,7 +580,14 @@ def from_bench(
         console.print(f"[bold red]{exc}")
         raise typer.Exit(2) from None
     skipped: list[str] = []
-    entries = entries_from_bench(results, skipped, config_dir=config_dir)
+    entries = entries_from_bench(
+        results,
+        skipped,
+        config_dir=config_dir,
+        processes=processes,
+        margin=margin,
+        min_processes=min_processes,
+    )
     if not entries:
         console.print("[bold red]no usable (Helion, vLLM) pair in the benchmark rows; nothing written")
         for reason in skipped:
