@@ -13,6 +13,13 @@ dynamic M, as vLLM's compiled graph does:
 * ``cond``: the size branch inside the traced graph, ``torch.cond(M <= 32, Helion op, vLLM op)``
   (the alternative the issue names), where it compiles.
 
+Every variant, the eager ones too, is called inside the same vLLM pass context and Inductor config
+patch (so a recompile would also get the pass, and the contexts' own cost is in every column); the
+generated code of each compiled variant is recorded (``generated_code``: does it call
+``torch.ops._C.cutlass_scaled_mm`` or ``torch.ops.hlvllm.scaled_mm``). The 2026-12-01 night run
+called the compiled functions outside those contexts, and its ``lowered`` column measured a graph
+with hlvllm's op (lab/results/2026-12-01-night/README.md).
+
 Host time = wall time of 200 back-to-back calls without synchronising, divided by 200 (these shapes
 are host-bound at prefill sizes up to ~1024; the GPU time per call is printed beside it, measured
 with CUDA events, so a host figure that is really GPU time shows). Median of 5 such loops. Prints
@@ -89,6 +96,7 @@ def main() -> None:
     from vllm.compilation.passes.inductor_pass import pass_context
 
     variants = {}
+    codes = {}
     large = Range(start=33, end=8192)
     for name, fn, post in (
         ("vllm", vllm_graph, None),
@@ -98,21 +106,41 @@ def main() -> None:
     ):
         torch._dynamo.reset()
         compiled = torch.compile(fn, fullgraph=True, dynamic=True)
-        try:
-            a0 = _inputs(64)
-            torch._dynamo.mark_dynamic(a0[0], 0)
-            torch._dynamo.mark_dynamic(a0[2], 0)
+
+        def call(
+            *args, compiled=compiled, post=post
+        ):  # every call in the same contexts: no recompile without the pass
             with pass_context(large), inductor_config.patch(post_grad_custom_post_pass=post):
-                compiled(*a0)  # compile once, dynamic M
-            variants[name] = compiled
+                return compiled(*args)
+
+        try:
+            from torch._inductor.utils import run_and_get_code
+
+            _, code = run_and_get_code(call, *_inputs(64))  # compile once, dynamic M
+            text = "\n".join(code)
+            codes[name] = {
+                "calls_cutlass_op": "torch.ops._C.cutlass_scaled_mm" in text,
+                "calls_hlvllm_op": "torch.ops.hlvllm.scaled_mm" in text,
+            }
+            variants[name] = call
         except Exception as exc:  # noqa: BLE001 - record why a design does not compile
             variants[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
     rows = []
+
+    def in_contexts(fn):
+        def call(*args):
+            with pass_context(large), inductor_config.patch(post_grad_custom_post_pass=None):
+                return fn(*args)
+
+        return call
+
     eager = {
-        "eager vllm wrapper": vllm_graph,
-        "eager hlvllm op": op_graph,
-        "eager _C op": lambda a, b, sa, sb: torch.ops._C.cutlass_scaled_mm(
-            torch.empty((a.shape[0], N), dtype=torch.bfloat16, device="cuda"), a, b, sa, sb, None
+        "eager vllm wrapper": in_contexts(vllm_graph),
+        "eager hlvllm op": in_contexts(op_graph),
+        "eager _C op": in_contexts(
+            lambda a, b, sa, sb: torch.ops._C.cutlass_scaled_mm(
+                torch.empty((a.shape[0], N), dtype=torch.bfloat16, device="cuda"), a, b, sa, sb, None
+            )
         ),
     }
     for m in MS:
@@ -129,7 +157,7 @@ def main() -> None:
     out = os.environ.get("OUT", ".")
     from hltools.results import provenance  # noqa: PLC0415 (GPU-machine script)
 
-    payload = {"metadata": provenance("nvidia_h200"), "rows": rows}
+    payload = {"metadata": provenance("nvidia_h200"), "generated_code": codes, "rows": rows}
     with open(os.path.join(out, "prefill_host_time.json"), "w") as f:
         json.dump(payload, f, indent=1)
     names = [n for n in [*variants, *eager] if not isinstance(variants.get(n), str)]
@@ -141,6 +169,8 @@ def main() -> None:
     for name, v in variants.items():
         if isinstance(v, str):
             print(f"{name}: did not compile: {v}")
+    print("generated code per variant:", codes)
+    print("every variant (and the eager rows) is called inside the same pass_context + Inductor config patch")
 
 
 if __name__ == "__main__":
