@@ -161,10 +161,11 @@ def default_variants(m: int, n: int, k: int, fmt: str | None = None) -> dict[str
 def main() -> int:
     import torch
 
+    from hlcore.formats import scaled_mm_bytes
     from hlcore.scaled_mm import scaled_mm, scaled_mm_ref
     from hlcore.testing import rel_error, tolerance
     from hltools.providers import vllm_default
-    from hltools.timing import copies_for, copy_bandwidth_gbs, scaled_mm_bytes, time_graph
+    from hltools.timing import copies_for, copy_bandwidth_gbs, time_graph
 
     t0 = time.time()
     jobs = []
@@ -270,7 +271,7 @@ def main() -> int:
                 if not timed:
                     continue
                 best = min(timed, key=timed.get)
-                gb = scaled_mm_bytes(m, n, k) / 1e9
+                gb = scaled_mm_bytes(fmt, m, n, k) / 1e9
                 pct = 100 * gb / (timed[best] * 1e-6) / bw
                 row = {
                     "fmt": fmt,

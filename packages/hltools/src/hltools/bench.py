@@ -49,7 +49,6 @@ from hltools.kernel_results import BASELINES, FIELDS, BenchResult
 from hltools.shapes import linear_shapes
 
 BLOCK_CANDIDATES = providers.BLOCK_ORDER  # vLLM 0.26's CUDA order (FlashInfer aside)
-BLOCK = (128, 128)
 SANITY_REL_ERR = 0.1  # a baseline further than this from the fp32 reference is treated as broken
 
 #: The reader of the results (:mod:`hltools.kernel_results`), where ``hltools.bench_configs`` finds it.
@@ -121,7 +120,9 @@ class GemmInputs:
 
     @property
     def block_size(self) -> tuple[int, int] | None:
-        return BLOCK if self.fmt == "block_fp8" else None
+        from hlcore.formats import get_format
+
+        return get_format(self.fmt).block_size
 
     @property
     def device(self) -> torch.device:
@@ -139,17 +140,11 @@ class GemmInputs:
 
 def quantize_weight(fmt: str, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(b [K, N] column-major, scale_b)`` of a ``[N, K]`` weight with the hlcore.quant reference of
-    ``fmt`` (the same math as ``generate_scaled_mm_inputs``), on ``w``'s device."""
-    from hlcore import quant
+    ``fmt`` (:meth:`hlcore.formats.ScaledMMFormat.quantize_weight`, the same math as
+    ``generate_scaled_mm_inputs``), on ``w``'s device; ``ValueError`` for an unknown format."""
+    from hlcore.formats import get_format
 
-    if fmt == "fp8_dynamic":
-        q, s = quant.per_channel_fp8_quant_ref(w)
-    elif fmt == "w8a8_int8":
-        q, s = quant.per_token_int8_quant_ref(w)
-    elif fmt == "block_fp8":
-        q, s = quant.per_block_fp8_quant_ref(w, BLOCK)
-    else:
-        raise ValueError(f"unknown format {fmt!r}; choose from {list(FORMATS)}")
+    q, s = get_format(fmt, "quantize_weight").quantize_weight(w)
     return q.t(), s
 
 
@@ -178,13 +173,10 @@ def make_inputs(
 
 
 def gemm_bytes(fmt: str, m: int, n: int, k: int, out_bytes: int = 2) -> int:
-    """Fewest bytes one call moves: A and B (1 byte each), fp32 scales, the output."""
-    if fmt == "block_fp8":
-        gk, gn = -(-k // BLOCK[1]), -(-n // BLOCK[0])
-        scales = 4 * (m * gk + gn * gk)
-    else:
-        scales = 4 * (m + n)
-    return m * k + n * k + scales + out_bytes * m * n
+    """Fewest bytes one call moves (:func:`hlcore.formats.scaled_mm_bytes`)."""
+    from hlcore.formats import scaled_mm_bytes
+
+    return scaled_mm_bytes(fmt, m, n, k, out_bytes)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from hlcore.formats import get_format
 from hltools import providers
-from hltools.bench import BLOCK, BenchShape, Candidate, GemmInputs
+from hltools.bench import BenchShape, Candidate, GemmInputs
 
 
 @dataclass(frozen=True)
@@ -63,18 +64,16 @@ def compile_jobs(
 
 def _compile_inputs(job: CompileJob, m: int, device: str) -> GemmInputs:
     """Cheap random operands of the right dtypes and layouts (values do not matter for compiling)."""
-    dtype = torch.int8 if job.fmt == "w8a8_int8" else torch.float8_e4m3fn
+    f = get_format(job.fmt)
+    dtype = getattr(torch, f.operand_dtype)
     out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[job.out_dtype]
 
     def q(rows):
         x = torch.randn((rows, job.k), device=device)
         return x.mul(64).round().clamp(-127, 127).to(dtype) if dtype == torch.int8 else x.to(dtype)
 
-    if job.fmt == "block_fp8":
-        sa = torch.rand((m, -(-job.k // BLOCK[1])), device=device) + 0.5
-        sb = torch.rand((-(-job.n // BLOCK[0]), -(-job.k // BLOCK[1])), device=device) + 0.5
-    else:
-        sa, sb = torch.rand((m, 1), device=device) + 0.5, torch.rand((job.n, 1), device=device) + 0.5
+    sa = torch.rand(f.scale_a_shape(m, job.k), device=device) + 0.5
+    sb = torch.rand(f.scale_b_shape(job.n, job.k), device=device) + 0.5
     return GemmInputs(job.fmt, job.n, job.k, q(m), sa, [(q(job.n).t(), sb)], out_dtype)
 
 

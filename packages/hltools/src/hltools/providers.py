@@ -54,9 +54,10 @@ from typing import ClassVar
 
 import torch
 
+from hlcore.formats import get_format
 from hltools.format_names import FORMATS
 
-BLOCK = (128, 128)
+BLOCK = get_format("block_fp8").block_size  # (128, 128): vLLM's weight_block_size
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -121,7 +122,7 @@ class ScaledMMProvider:
 
     @property
     def block_size(self) -> tuple[int, int] | None:
-        return BLOCK if self.fmt == "block_fp8" else None
+        return get_format(self.fmt).block_size
 
     def _setup(self) -> None:
         """Imports and "is this kernel usable here" checks; raises :class:`Unsupported`."""

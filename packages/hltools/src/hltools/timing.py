@@ -15,7 +15,6 @@ __all__ = [
     "Timing",
     "copies_for",
     "copy_bandwidth_gbs",
-    "scaled_mm_bytes",
     "time_graph",
 ]
 
@@ -38,8 +37,3 @@ def copy_bandwidth_gbs(nbytes: int = 2 * 1024**3) -> float:
         samples.append(2 * nbytes / (start.elapsed_time(end) * 1e-3) / 1e9)
     del src, dst
     return statistics.median(samples)
-
-
-def scaled_mm_bytes(m: int, n: int, k: int, out_bytes: int = 2) -> int:
-    """Fewest bytes one FP8/INT8 scaled GEMM moves: A, B (1 byte each), scales (fp32), output."""
-    return m * k + n * k + 4 * (m + n) + out_bytes * m * n

@@ -117,14 +117,15 @@ def _random_weights(
 def _time_row(sm, fb_calls, a, scale_a, weights, out_dtype, row: Row, bandwidth_gbs, block_size):
     """Fill the timing fields of ``row`` (CUDA-graph replay, rotating weights): Helion over
     ``weights``, the fallback's ``fb_calls`` (one per prepared weight copy; none: not timed)."""
-    from hltools.timing import scaled_mm_bytes, time_graph
+    from hlcore.formats import scaled_mm_bytes
+    from hltools.timing import time_graph
 
     m, n, k = row.m, row.n, row.k
     helion_calls = [
         lambda b=b, s=s: sm.scaled_mm(a, b, scale_a, s, out_dtype, block_size=block_size) for b, s in weights
     ]
     row.helion_us = time_graph(helion_calls).median_us
-    nbytes = scaled_mm_bytes(m, n, k, out_bytes=torch.finfo(out_dtype).bits // 8)
+    nbytes = scaled_mm_bytes(row.format, m, n, k, out_bytes=torch.finfo(out_dtype).bits // 8)
     row.roofline_pct = 100.0 * nbytes / (row.helion_us * 1e-6) / (bandwidth_gbs * 1e9)
     if not fb_calls:
         return

@@ -35,11 +35,12 @@ from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
 )
 from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
+from hlcore.formats import get_format
 from hlvllm.support import announce, cudagraph_capture_limit, helion_supported, warn_if_declined
 
 logger = logging.getLogger("vllm.hlvllm")
 
-BLOCK = (128, 128)
+BLOCK = get_format("block_fp8").block_size  # (128, 128): weight blocks; activation groups 1 x 128
 SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 #: (data_ptr, shape) of a layer's fp8 weight -> (kernel, layer); filled by
@@ -144,7 +145,7 @@ class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
         assert fallback_cls is not None  # can_implement checked it
         self.fallback = fallback_cls(config)
         self.registered = False
-        announce("Block_FP8", fallback_cls.__name__)
+        announce(get_format("block_fp8").title, fallback_cls.__name__)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         params = self._get_layer_params(layer)

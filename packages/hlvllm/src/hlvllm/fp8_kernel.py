@@ -18,6 +18,7 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (
     kFp8StaticChannelSym,
 )
 
+from hlcore.formats import get_format
 from hlvllm.ops import register_scaled_mm_layer
 from hlvllm.support import (
     announce,
@@ -57,7 +58,7 @@ class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
 
     def __init__(self, c: FP8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
-        announce("FP8_Dynamic", "CUTLASS (cutlass_scaled_mm)")
+        announce(get_format("fp8_dynamic").title, "CUTLASS (cutlass_scaled_mm)")
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         super().process_weights_after_loading(layer)

@@ -17,6 +17,7 @@ from vllm import _custom_ops as vllm_ops
 from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassInt8ScaledMMLinearKernel
 from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import Int8ScaledMMLinearLayerConfig
 
+from hlcore.formats import get_format
 from hlvllm.ops import register_scaled_mm_layer
 from hlvllm.settings import get_settings
 from hlvllm.support import (
@@ -56,7 +57,7 @@ class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
     def __init__(self, c: Int8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
         self.helion_input_quant = "int8_quant" in get_settings().aux_kernels
-        announce("W8A8_INT8", "CUTLASS (cutlass_scaled_mm)")
+        announce(get_format("w8a8_int8").title, "CUTLASS (cutlass_scaled_mm)")
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         super().process_weights_after_loading(layer)

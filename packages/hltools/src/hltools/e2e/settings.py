@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hlcore.formats import FORMAT_NAMES, get_format
 from hltools.format_names import check_formats
 
 
@@ -78,40 +79,16 @@ HELION_PLUGINS = ("on", *EXTRA_SETTINGS)
 #: Variables only the setting that names them carries (``HL_AUX_FUSION``): the others remove them.
 EXCLUSIVE_ENV = tuple(k for s in EXTRA_SETTINGS.values() if s.exclusive for k in s.env)
 
-_CT_GROUP = {"targets": ["Linear"]}
-
-
-def _ct(kind: str, fmt_name: str) -> dict[str, Any]:
-    """A compressed-tensors W8A8 config: per-channel weights, dynamic per-token activations."""
-    args = {"num_bits": 8, "type": kind, "symmetric": True}
-    return {
-        "quant_method": "compressed-tensors",
-        "format": fmt_name,
-        "quantization_status": "compressed",
-        "ignore": ["lm_head"],
-        "config_groups": {
-            "group_0": {
-                **_CT_GROUP,
-                "weights": {**args, "strategy": "channel", "dynamic": False},
-                "input_activations": {**args, "strategy": "token", "dynamic": True},
-            }
-        },
-    }
-
-
-#: The ``quantization_config`` of each format: compressed-tensors FP8_DYNAMIC and W8A8 int8, and
-#: vLLM's ``fp8`` method with 128x128 weight blocks (dynamic 1x128 activation groups).
+#: Each format's checkpoint ``quantization_config`` (:meth:`hlcore.formats.ScaledMMFormat.quantization_config`).
 QUANT_CONFIGS: dict[str, dict[str, Any]] = {
-    "fp8_dynamic": _ct("float", "float-quantized"),
-    "w8a8_int8": _ct("int", "int-quantized"),
-    "block_fp8": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+    name: get_format(name).quantization_config() for name in FORMAT_NAMES
 }
 
 
 def quant_config(fmt: str) -> dict[str, Any]:
     """A copy of the ``quantization_config`` for ``fmt``; ``ValueError`` for an unknown format."""
     check_formats([fmt])
-    return json.loads(json.dumps(QUANT_CONFIGS[fmt]))
+    return get_format(fmt).quantization_config()
 
 
 def engine_model_config(config: Mapping[str, Any], fmt: str, layers: int | None = None) -> dict[str, Any]:
