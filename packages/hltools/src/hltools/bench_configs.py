@@ -47,12 +47,11 @@ import functools
 import json
 import logging
 import math
-import shlex
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -72,7 +71,6 @@ from hlcore.config_store import (
     save_config_file,
     save_stats_file,
     scaled_mm_key,
-    stats_file_path,
 )
 from hlcore.scaled_mm_config import (
     SCALED_MM_FORMATS,
@@ -395,27 +393,9 @@ def earlier_provenance(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
-# CLI
+# What the command (hltools.commands.configs_from_bench) runs
 # --------------------------------------------------------------------------------------------
-configs_app = typer.Typer(
-    help="Config files: `from-bench` (a scaled_mm config file from `hltools bench kernels` results).",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="markdown",
-)
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 200))
-
-
-@configs_app.callback()
-def _configs() -> None:
-    """Config files of the Helion kernels."""
-
-
-def _read_bench(kernels_json: Sequence[Path]) -> tuple[list, list[dict], list[int]]:
+def read_bench(kernels_json: Sequence[Path]) -> tuple[list, list[dict], list[int]]:
     """Rows and metadata of every benchmark result file, and each row's file index (its process);
     ``typer.BadParameter`` for a bad file."""
     from hltools.bench import read_results  # imports torch: not at module level (fast --help)
@@ -434,7 +414,7 @@ def _read_bench(kernels_json: Sequence[Path]) -> tuple[list, list[dict], list[in
     return results, bench_meta, processes
 
 
-def _merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Console) -> tuple[bool, set]:
+def merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Console) -> tuple[bool, set]:
     """``(merge, keys already there)`` for writing ``path``; a file of another GPU or helion version
     (or an unreadable one) exits 2 unless ``force`` (then it is started afresh). Sets
     ``metadata["earlier"]`` when merging into an existing file."""
@@ -456,7 +436,7 @@ def _merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Co
     return True, set(current.entries)
 
 
-def _print_summary(console, path, kernels_json, entries, written, kept, skipped) -> None:
+def print_summary(console, path, kernels_json, entries, written, kept, skipped) -> None:
     table = Table(title=f"{path}: from {', '.join(map(str, kernels_json))}")
     for col in ("format", "written", "fallback", "Helion faster", "kept"):
         table.add_column(col, justify="left" if col == "format" else "right")
@@ -486,122 +466,3 @@ def write_config_and_stats(
     save_config_file(path, [ConfigEntry(e.key, e.config, e.fallback) for e in entries], metadata, merge=merge)
     stats = {e.id: e.stats for e in entries if e.stats}
     save_stats_file(stats_path, stats, stats_metadata(metadata, path), merge=merge)
-
-
-@configs_app.command("from-bench")
-def from_bench(
-    kernels_json: Annotated[
-        list[Path],
-        typer.Argument(
-            help="kernels.json (or .csv, or a folder with kernels.json) of `hltools bench kernels`."
-        ),
-    ],
-    output: Annotated[
-        Path,
-        typer.Option(
-            help="Config directory: writes `<output>/scaled_mm/<gpu>.json` (merged): key, config, fallback "
-            "mark and `_metadata` provenance, the file the hlcore wheel ships."
-        ),
-    ] = Path("configs"),
-    stats_output: Annotated[
-        Path | None,
-        typer.Option(
-            "--stats-output",
-            metavar="<path>",
-            help="Directory of the per-key measurements (Helion and vLLM medians, config source, "
-            "layers): writes `<stats-output>/scaled_mm/<gpu>.stats.json` (merged, keyed as the config "
-            "file), beside the benchmark results and never shipped. Default: `lab/results/config-stats` "
-            "beside the --output directory (`<output>/../lab/results/config-stats`).",
-        ),
-    ] = None,
-    config_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--config-dir",
-            metavar="<path>",
-            exists=True,
-            file_okay=False,
-            help="The config directory the benchmark ran with: label-only rows of older benchmarks "
-            "(`exact`, `nearest`...) are resolved with the picker against its file for the rows' GPU "
-            "(else they are skipped).",
-        ),
-    ] = None,
-    only_new: Annotated[
-        bool,
-        typer.Option(
-            "--only-new",
-            help="Keys already in the output file are left untouched (config, fallback mark, stats); "
-            "default: the benchmark's entries replace them.",
-        ),
-    ] = False,
-    force: Annotated[
-        bool,
-        typer.Option(help="Replace an existing file whose metadata names another GPU or helion version."),
-    ] = False,
-    margin: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            help="A key is marked fallback only when vLLM's kernel is faster by more than this fraction in "
-            "the median over processes (each input file is one process).",
-        ),
-    ] = 0.02,
-    min_processes: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Processes (input files) a key must be measured in to be written; keys measured in fewer "
-            "are skipped (hlvllm's speed guard then times them at warm-up).",
-        ),
-    ] = 3,
-) -> None:
-    """Write the scaled_mm config file of the benchmark's GPU from side-by-side kernel results.
-
-    Each (format, N, K, M) gets the Helion config that was measured; a key is marked
-    `"fallback": true` (dispatch keeps vLLM's kernel there) only when vLLM's default kernel is
-    faster by more than --margin in the median of at least --min-processes independent benchmark
-    processes (one per input file); keys measured in fewer processes are skipped. GPU, versions and date come from the benchmark rows. These configs are what the
-    benchmark ran (the heuristic defaults unless it had a config file), not autotuned ones. The
-    measurements behind each key go to a stats sidecar (`--stats-output`), not the config file.
-    """
-    console = _console()
-    results, bench_meta, processes = _read_bench(kernels_json)
-    command = shlex.join(
-        ["hltools", "configs", "from-bench", *map(str, kernels_json), "--output", str(output)]
-        + ["--margin", str(margin), "--min-processes", str(min_processes)]
-        + (["--stats-output", str(stats_output)] if stats_output is not None else [])
-        + (["--config-dir", str(config_dir)] if config_dir is not None else [])
-        + (["--only-new"] if only_new else [])
-        + (["--force"] if force else [])
-    )
-    try:
-        metadata = bench_metadata(results, bench_meta, command)
-    except BenchConfigError as exc:
-        console.print(f"[bold red]{exc}")
-        raise typer.Exit(2) from None
-    skipped: list[str] = []
-    entries = entries_from_bench(
-        results,
-        skipped,
-        config_dir=config_dir,
-        processes=processes,
-        margin=margin,
-        min_processes=min_processes,
-    )
-    if not entries:
-        console.print("[bold red]no usable (Helion, vLLM) pair in the benchmark rows; nothing written")
-        for reason in skipped:
-            console.print(f"  skipped {reason}", markup=False, highlight=False)
-        raise typer.Exit(1)
-
-    path = config_file_path(SCALED_MM_KERNEL, metadata["gpu"], output)
-    merge, present = _merge_target(path, metadata, force, console)
-    kept = [e for e in entries if e.id in present] if only_new else []
-    written = [e for e in entries if not (only_new and e.id in present)]
-    if written:
-        stats_dir = stats_output if stats_output is not None else default_stats_dir(output)
-        stats_path = stats_file_path(SCALED_MM_KERNEL, metadata["gpu"], stats_dir)
-        write_config_and_stats(path, stats_path, written, metadata, merge=merge)
-    _print_summary(console, path, kernels_json, entries, written, kept, skipped)
-    if written:
-        console.print(f"measurements of the {len(written)} keys -> {stats_path}", style="green")

@@ -1,13 +1,12 @@
 """The ``hltools`` app: ``validate``, ``autotune``, ``bench kernels|e2e|report|gap|merge-e2e|aux-configs``
-and ``configs from-bench``, one module per command (:mod:`hltools.commands`, and
-:mod:`hltools.bench_configs` for ``configs``), with the shared options of :mod:`hltools.options`.
+and ``configs from-bench``, one module per command (:mod:`hltools.commands`), with the shared
+options of :mod:`hltools.options`.
 """
 
 from __future__ import annotations
 
 import typer
 
-from hltools.bench_configs import configs_app
 from hltools.commands import (
     autotune,
     bench_aux_configs,
@@ -18,6 +17,7 @@ from hltools.commands import (
     bench_report,
     validate,
 )
+from hltools.commands.configs_from_bench import configs_app
 
 app = typer.Typer(
     help="Tools for hl: validate, autotune and bench Helion kernels on a model's shapes.",

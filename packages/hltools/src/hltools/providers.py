@@ -54,7 +54,7 @@ from typing import ClassVar
 
 import torch
 
-from hlcore.formats import get_format
+from hlcore.formats import FORMAT_NAMES, get_format
 from hltools.format_names import FORMATS
 
 BLOCK = get_format("block_fp8").block_size  # (128, 128): vLLM's weight_block_size
@@ -181,7 +181,7 @@ class CutlassScaledMM(ScaledMMProvider):
 
     name = "vllm cutlass_scaled_mm"
     mirrors = "CutlassFP8ScaledMMLinearKernel / CutlassInt8ScaledMMLinearKernel"
-    formats = ("fp8_dynamic", "w8a8_int8")
+    formats = tuple(n for n in FORMAT_NAMES if get_format(n).block_size is None)  # per token x channel
 
     def _setup(self) -> None:
         self._ops = _cutlass_ops()

@@ -128,12 +128,8 @@ def e2e(
     except ValueError as exc:
         raise opt.bad_parameter(exc) from None
     if dry_run:
-        out.print(
-            f"{len(specs)} engine runs of {model} ({cfg['num_hidden_layers']} layers, {fmt}, TP "
-            f"{tensor_parallel_size}); model dir {output / stem / 'model'} (written by the real run, not by "
-            "--dry-run); in this order:"
-        )
-        _print_runs(out, specs, output / stem / "model", options, hl_kernel_cache)
+        what = f"{model} ({cfg['num_hidden_layers']} layers, {fmt}, TP {tensor_parallel_size})"
+        _print_runs(out, specs, output / stem / "model", options, hl_kernel_cache, what)
         return
     _require_gpus(out, tensor_parallel_size)
     report = e.run_e2e(
@@ -157,10 +153,14 @@ def e2e(
         raise typer.Exit(1)
 
 
-def _print_runs(out: Console, specs, model_dir: Path, options, kernel_cache: bool) -> None:
+def _print_runs(out: Console, specs, model_dir: Path, options, kernel_cache: bool, what: str) -> None:
     """``--dry-run``: each engine run's command line with the environment it changes."""
     from hltools import e2e as e
 
+    out.print(
+        f"{len(specs)} engine runs of {what}; model dir {model_dir} (written by the real run, not by "
+        "--dry-run); in this order:"
+    )
     tp = options.tensor_parallel_size
     for s in specs:
         cmd = e.worker_command(sys.executable, model_dir, s.plugin, options, s.out)
