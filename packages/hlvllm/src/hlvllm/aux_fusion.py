@@ -27,12 +27,13 @@ compile cache tells graphs with and without it apart.
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 
 import torch
 import torch.fx as fx
+
+from hlvllm.graphs import add_post_grad_pass, module_source
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -217,17 +218,9 @@ def _pass_class():
                 logger.debug("hlvllm: fused %d norm/activation + fp8 quant pairs", n)
 
         def uuid(self) -> str:
-            return InductorPass.hash_source(_module_source())
+            return InductorPass.hash_source(module_source(__name__))
 
     return HlvllmNormQuantFusionPass
-
-
-@functools.cache
-def _module_source() -> str:
-    import inspect
-    import sys
-
-    return inspect.getsource(sys.modules[__name__])
 
 
 _installed = False
@@ -239,15 +232,5 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from vllm.compilation.passes.pass_manager import PostGradPassManager
-
-    original = PostGradPassManager.configure
-    pass_cls = _pass_class()
-
-    @functools.wraps(original)
-    def configure(self, config):
-        original(self, config)
-        self.passes.append(pass_cls())
-
-    PostGradPassManager.configure = configure
+    add_post_grad_pass(_pass_class())
     _installed = True

@@ -7,7 +7,10 @@ ranges so the one above calls vLLM's kernels with no op of ours (:mod:`hlvllm.lo
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+import sys
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -56,3 +59,30 @@ def add_compile_range_endpoint(vllm_config, size: int) -> bool:
         cfg.compile_ranges_endpoints = sorted([*endpoints, size])
         logger.debug("hlvllm: compile ranges split at num_tokens=%d: %s", size, cfg.compile_ranges_endpoints)
     return True
+
+
+def add_post_grad_pass(pass_cls) -> None:
+    """Make vLLM's ``PostGradPassManager.configure`` append a ``pass_cls()`` to its passes (vLLM
+    0.26's ``vllm/compilation/passes/pass_manager.py``: the passes run on every compiled graph
+    piece, in every compile range, each asked ``is_applicable_for_range``; their uuids enter the
+    pass manager's, so vLLM's compile cache tells graphs with and without the pass apart).
+
+    Raises:
+        ImportError, AttributeError: vLLM's pass manager does not import here (then vLLM cannot
+            run it either)."""
+    from vllm.compilation.passes.pass_manager import PostGradPassManager
+
+    original = PostGradPassManager.configure
+
+    @functools.wraps(original)
+    def configure(self, config):
+        original(self, config)
+        self.passes.append(pass_cls())
+
+    PostGradPassManager.configure = configure
+
+
+@functools.cache
+def module_source(name: str) -> str:
+    """The source text of module ``name`` (a pass's uuid hashes its module's source)."""
+    return inspect.getsource(sys.modules[name])

@@ -26,12 +26,12 @@ the pass manager's uuid, so vLLM's compile cache tells graphs with and without i
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
-import sys
 
 import torch
 import torch.fx as fx
+
+from hlvllm.graphs import add_post_grad_pass, module_source
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -111,14 +111,9 @@ def _pass_class():
         def uuid(self) -> str:
             from hlvllm.routing import max_helion_m
 
-            return InductorPass.hash_source(_module_source()) + f"-max{max_helion_m()}"
+            return InductorPass.hash_source(module_source(__name__)) + f"-max{max_helion_m()}"
 
     return HlvllmLinearLoweringPass
-
-
-@functools.cache
-def _module_source() -> str:
-    return inspect.getsource(sys.modules[__name__])
 
 
 _installed = False
@@ -133,20 +128,10 @@ def install() -> None:
     if _installed or not torch.cuda.is_available():  # no CUDA graphs, no Helion: nothing to lower
         return
     try:
-        from vllm.compilation.passes.pass_manager import PostGradPassManager
+        add_post_grad_pass(_pass_class())
     except (ImportError, AttributeError) as exc:  # vLLM cannot run its pass manager here either
         logger.debug(
             "hlvllm: vLLM's pass manager is not importable (%s); the linear ops keep their size test", exc
         )
         return
-
-    original = PostGradPassManager.configure
-    pass_cls = _pass_class()
-
-    @functools.wraps(original)
-    def configure(self, config):
-        original(self, config)
-        self.passes.append(pass_cls())
-
-    PostGradPassManager.configure = configure
     _installed = True
