@@ -29,13 +29,10 @@ from hlcore.activation import DTYPES, silu_and_mul_ref
 from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
 from hlcore.quant import (
     FP8_DTYPE,
-    FP8_MAX,
-    FP8_MIN_SCALE,
-    INT8_MAX,
     per_token_fp8_quant_ref,
     per_token_int8_quant_ref,
 )
-from hlcore.quant_kernels import _RNE_MAGIC
+from hlcore.quant_kernels import fp8_rows, int8_rows
 
 F32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -53,11 +50,11 @@ def _silu_and_mul_fp8_quant_body(
         b = x[tile_m, 1, :].to(torch.float32)
         silu = (a * torch.sigmoid(a)).to(x.dtype)  # F.silu rounds to the input dtype
         y = (silu.to(torch.float32) * b).to(x.dtype).to(torch.float32)
-        amax = torch.clamp(torch.amax(torch.abs(y), dim=-1), max=F32_MAX)  # inf -> finite
+        amax = torch.amax(torch.abs(y), dim=-1)
         if scale_ub is not None:
             amax = torch.minimum(amax, scale_ub[0])
-        row_scale = torch.clamp(amax / FP8_MAX, min=FP8_MIN_SCALE)
-        q[tile_m, :] = torch.clamp(y / row_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        q_rows, row_scale = fp8_rows(y, amax)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale
 
@@ -74,10 +71,8 @@ def _silu_and_mul_int8_quant_body(
         b = x[tile_m, 1, :].to(torch.float32)
         silu = (a * torch.sigmoid(a)).to(x.dtype)
         y = torch.clamp((silu.to(torch.float32) * b).to(x.dtype).to(torch.float32), -F32_MAX, F32_MAX)
-        row_scale = torch.amax(torch.abs(y), dim=-1) / INT8_MAX
-        safe = torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))  # zero row: q = 0
-        v = torch.clamp(y / safe[:, None], -129.0, 128.0)  # round half to even (quant_kernels)
-        q[tile_m, :] = torch.clamp((v + _RNE_MAGIC) - _RNE_MAGIC, -128.0, 127.0).to(torch.int8)
+        q_rows, row_scale = int8_rows(y)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale
 

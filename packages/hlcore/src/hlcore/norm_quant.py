@@ -42,13 +42,10 @@ from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
 from hlcore.norm import fused_add_rms_norm_ref, rms_norm_ref
 from hlcore.quant import (
     FP8_DTYPE,
-    FP8_MAX,
-    FP8_MIN_SCALE,
-    INT8_MAX,
     per_token_fp8_quant_ref,
     per_token_int8_quant_ref,
 )
-from hlcore.quant_kernels import _RNE_MAGIC
+from hlcore.quant_kernels import fp8_rows, int8_rows
 
 F32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -73,11 +70,11 @@ def _rms_norm_fp8_quant_body(
         w = weight[None, :].to(torch.float32)
         # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
         y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
-        amax = torch.clamp(torch.amax(torch.abs(y), dim=-1), max=F32_MAX)  # inf -> finite
+        amax = torch.amax(torch.abs(y), dim=-1)
         if scale_ub is not None:
             amax = torch.minimum(amax, scale_ub[0])
-        row_scale = torch.clamp(amax / FP8_MAX, min=FP8_MIN_SCALE)
-        q[tile_m, :] = torch.clamp(y / row_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        q_rows, row_scale = fp8_rows(y, amax)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale
 
@@ -101,11 +98,11 @@ def _fused_add_rms_norm_fp8_quant_body(
         normed = total / torch.sqrt(variance + eps)[:, None]
         w = weight[None, :].to(torch.float32)
         y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
-        amax = torch.clamp(torch.amax(torch.abs(y), dim=-1), max=F32_MAX)
+        amax = torch.amax(torch.abs(y), dim=-1)
         if scale_ub is not None:
             amax = torch.minimum(amax, scale_ub[0])
-        row_scale = torch.clamp(amax / FP8_MAX, min=FP8_MIN_SCALE)
-        q[tile_m, :] = torch.clamp(y / row_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        q_rows, row_scale = fp8_rows(y, amax)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale, new_residual
 
@@ -126,10 +123,8 @@ def _rms_norm_int8_quant_body(
         w = weight[None, :].to(torch.float32)
         y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
         y = torch.clamp(y, -F32_MAX, F32_MAX)
-        row_scale = torch.amax(torch.abs(y), dim=-1) / INT8_MAX
-        safe = torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))  # zero row: q = 0
-        v = torch.clamp(y / safe[:, None], -129.0, 128.0)  # round half to even (quant_kernels)
-        q[tile_m, :] = torch.clamp((v + _RNE_MAGIC) - _RNE_MAGIC, -128.0, 127.0).to(torch.int8)
+        q_rows, row_scale = int8_rows(y)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale
 
@@ -153,10 +148,8 @@ def _fused_add_rms_norm_int8_quant_body(
         w = weight[None, :].to(torch.float32)
         y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
         y = torch.clamp(y, -F32_MAX, F32_MAX)
-        row_scale = torch.amax(torch.abs(y), dim=-1) / INT8_MAX
-        safe = torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))
-        v = torch.clamp(y / safe[:, None], -129.0, 128.0)
-        q[tile_m, :] = torch.clamp((v + _RNE_MAGIC) - _RNE_MAGIC, -128.0, 127.0).to(torch.int8)
+        q_rows, row_scale = int8_rows(y)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale, new_residual
 

@@ -71,6 +71,35 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------
+# Row epilogues shared by every per-token quantizing kernel (this module, hlcore.norm_quant,
+# hlcore.activation_quant): plain functions of device values that Helion inlines where a kernel
+# body calls them. They take no host tensor (a caller reads ``scale_ub[0]`` itself) and their
+# local names are their own (a name shared with a caller's host variable would clash).
+# --------------------------------------------------------------------------------------------
+def fp8_rows(rows_f32: torch.Tensor, rows_amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token fp8 of ``rows_f32 [tile_m, K]`` fp32 with ``rows_amax [tile_m]`` (already capped by
+    ``scale_ub``): ``scale = max(min(amax, f32 max) / 448, 1 / (448 * 512))``, ``q = e4m3(clamp(x /
+    scale, -448, 448))``; returns ``(q, scale)``. An inf amax gives a finite scale."""
+    fp8_row_scale = torch.clamp(torch.clamp(rows_amax, max=F32_MAX) / FP8_MAX, min=FP8_MIN_SCALE)
+    fp8_q = torch.clamp(rows_f32 / fp8_row_scale.unsqueeze(-1), -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return fp8_q, fp8_row_scale
+
+
+def int8_rows(rows_f32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-token int8 of ``rows_f32 [tile_m, K]`` fp32 (finite: callers clamp +-inf to
+    +-f32 max first): ``scale = amax / 127``, ``q = clamp(rint(x / scale), -128, 127)`` rounding half
+    to even with the fp32 magic number 1.5 * 2^23 (adding it leaves no fraction bits; the fp32 add
+    rounds to nearest even) after clamping so ``|v| < 2^22``: the same bits on the GPU and both
+    interpreters (Triton's interpreter has no ``libdevice.nearbyint``). A zero row: scale 0, q 0.
+    Returns ``(q, scale)``."""
+    int8_row_scale = torch.amax(torch.abs(rows_f32), dim=-1) / INT8_MAX
+    int8_safe = torch.where(int8_row_scale > 0, int8_row_scale, torch.ones_like(int8_row_scale))
+    int8_v = torch.clamp(rows_f32 / int8_safe.unsqueeze(-1), -129.0, 128.0)
+    int8_q = torch.clamp((int8_v + _RNE_MAGIC) - _RNE_MAGIC, -128.0, 127.0).to(torch.int8)
+    return int8_q, int8_row_scale
+
+
+# --------------------------------------------------------------------------------------------
 # Helion kernels
 # --------------------------------------------------------------------------------------------
 def _per_token_fp8_quant_body(
@@ -83,11 +112,11 @@ def _per_token_fp8_quant_body(
     scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
     for tile_m in hl.tile(m):
         row = x[tile_m, :].to(torch.float32)
-        amax = torch.clamp(torch.amax(torch.abs(row), dim=-1), max=F32_MAX)  # inf -> finite
+        amax = torch.amax(torch.abs(row), dim=-1)
         if scale_ub is not None:
             amax = torch.minimum(amax, scale_ub[0])
-        row_scale = torch.clamp(amax / FP8_MAX, min=FP8_MIN_SCALE)
-        q[tile_m, :] = torch.clamp(row / row_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        q_rows, row_scale = fp8_rows(row, amax)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale
 
@@ -102,15 +131,8 @@ def _per_token_int8_quant_body(
     for tile_m in hl.tile(m):
         # +-inf -> +-float32 max first (as the reference's nan_to_num): saturates to +-127
         row = torch.clamp(x[tile_m, :].to(torch.float32), -F32_MAX, F32_MAX)
-        amax = torch.amax(torch.abs(row), dim=-1)
-        row_scale = amax / INT8_MAX
-        safe = torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))  # zero row: q = 0
-        # Round half to even with the fp32 magic number 1.5 * 2^23 (adding it leaves no fraction
-        # bits; the fp32 add rounds to nearest even), after clamping so |v| < 2^22. Same bits on the
-        # GPU and both interpreters (Triton's interpreter has no libdevice.nearbyint).
-        v = torch.clamp(row / safe[:, None], -129.0, 128.0)
-        rounded = (v + _RNE_MAGIC) - _RNE_MAGIC
-        q[tile_m, :] = torch.clamp(rounded, -128.0, 127.0).to(torch.int8)
+        q_rows, row_scale = int8_rows(row)
+        q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale
 

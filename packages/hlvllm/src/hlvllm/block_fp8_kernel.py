@@ -36,12 +36,11 @@ from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
 from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
 from hlcore.formats import get_format
-from hlvllm.support import announce, cudagraph_capture_limit, helion_supported, warn_if_declined
+from hlvllm.support import HelionLinearKernelChecks, announce, out_dtype_reason
 
 logger = logging.getLogger("vllm.hlvllm")
 
 BLOCK = get_format("block_fp8").block_size  # (128, 128): weight blocks; activation groups 1 x 128
-SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 #: (data_ptr, shape) of a layer's fp8 weight -> (kernel, layer); filled by
 #: process_weights_after_loading (:func:`layer_for`).
@@ -109,35 +108,23 @@ def choose_fallback(config: FP8ScaledMMLinearLayerConfig) -> type[Fp8BlockScaled
     return None
 
 
-class HelionFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
+class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLinearKernel):
     """Block_FP8 (1x128 activation groups x 128x128 weight blocks) with hybrid dispatch."""
 
     @classmethod
-    @warn_if_declined
-    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-        return helion_supported(compute_capability)
-
-    @classmethod
-    @warn_if_declined
-    def can_implement(cls, config: FP8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
-        ok, reason = super().can_implement(config)
+    def scheme_reason(cls, config: FP8ScaledMMLinearLayerConfig) -> str | None:
+        ok, reason = Fp8BlockScaledMMLinearKernel.can_implement(config)
         if not ok:
-            return ok, reason
+            return reason
         if config.activation_quant_key.scale.group_shape != GroupShape(1, BLOCK[1]):
-            return False, "supports 1x128 activation groups only"
+            return "supports 1x128 activation groups only"
         if config.weight_quant_key.scale.group_shape != GroupShape(*BLOCK):
-            return (
-                False,
-                f"supports 128x128 weight blocks only; got {config.weight_quant_key.scale.group_shape}",
-            )
-        if config.out_dtype is not None and config.out_dtype not in SUPPORTED_OUT_DTYPES:
-            return False, f"supports bf16/fp16 output only; got {config.out_dtype}"
-        size, reason = cudagraph_capture_limit()
-        if not size:
-            return False, reason
+            return f"supports 128x128 weight blocks only; got {config.weight_quant_key.scale.group_shape}"
+        if reason := out_dtype_reason(config.out_dtype):
+            return reason
         if choose_fallback(config) is None:
-            return False, "no vLLM block-FP8 kernel to fall back to"
-        return True, None
+            return "no vLLM block-FP8 kernel to fall back to"
+        return None
 
     def __init__(self, config: FP8ScaledMMLinearLayerConfig) -> None:
         super().__init__(config)  # self.quant_fp8: QuantFP8 1x128, row-major fp32 scales

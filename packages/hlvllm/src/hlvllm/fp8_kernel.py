@@ -21,40 +21,28 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import (
 from hlcore.formats import get_format
 from hlvllm.ops import register_scaled_mm_layer
 from hlvllm.support import (
+    HelionLinearKernelChecks,
     announce,
-    cudagraph_capture_limit,
-    helion_supported,
     model_dtype,
-    warn_if_declined,
+    out_dtype_reason,
 )
 
-SUPPORTED_OUT_DTYPES = (torch.bfloat16, torch.float16)
 
-
-class HelionFP8ScaledMMLinearKernel(CutlassFP8ScaledMMLinearKernel):
+class HelionFP8ScaledMMLinearKernel(HelionLinearKernelChecks, CutlassFP8ScaledMMLinearKernel):
     """FP8_Dynamic (per-token fp8 activations x per-channel fp8 weights) with hybrid dispatch."""
 
     @classmethod
-    @warn_if_declined
-    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-        return helion_supported(compute_capability)
-
-    @classmethod
-    @warn_if_declined
-    def can_implement(cls, c: FP8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
+    def scheme_reason(cls, c: FP8ScaledMMLinearLayerConfig) -> str | None:
         if c.activation_quant_key != kFp8DynamicTokenSym:
-            return False, f"supports dynamic per-token fp8 activations only; got {c.activation_quant_key}"
+            return f"supports dynamic per-token fp8 activations only; got {c.activation_quant_key}"
         if c.weight_quant_key != kFp8StaticChannelSym:
-            return False, f"supports per-channel fp8 weights only; got {c.weight_quant_key}"
-        if c.out_dtype is not None and c.out_dtype not in SUPPORTED_OUT_DTYPES:
-            return False, f"supports bf16/fp16 output only; got {c.out_dtype}"
+            return f"supports per-channel fp8 weights only; got {c.weight_quant_key}"
+        if reason := out_dtype_reason(c.out_dtype):
+            return reason
         n, k = c.weight_shape
         if n % 16 or k % 16:
-            return False, f"needs N and K multiples of 16 (CUTLASS pads otherwise); got N={n}, K={k}"
-        size, reason = cudagraph_capture_limit()
-        if not size:
-            return False, reason
-        return True, None
+            return f"needs N and K multiples of 16 (CUTLASS pads otherwise); got N={n}, K={k}"
+        return None
 
     def __init__(self, c: FP8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)

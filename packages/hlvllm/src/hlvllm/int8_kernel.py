@@ -21,38 +21,24 @@ from hlcore.formats import get_format
 from hlvllm.ops import register_scaled_mm_layer
 from hlvllm.settings import get_settings
 from hlvllm.support import (
+    HelionLinearKernelChecks,
     announce,
-    cudagraph_capture_limit,
-    helion_supported,
     model_dtype,
-    warn_if_declined,
 )
 
 
-class HelionInt8ScaledMMLinearKernel(CutlassInt8ScaledMMLinearKernel):
+class HelionInt8ScaledMMLinearKernel(HelionLinearKernelChecks, CutlassInt8ScaledMMLinearKernel):
     """W8A8_INT8 (dynamic symmetric per-token int8 x per-channel int8) with hybrid dispatch."""
 
     @classmethod
-    @warn_if_declined
-    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
-        return helion_supported(compute_capability)
-
-    @classmethod
-    @warn_if_declined
-    def can_implement(cls, c: Int8ScaledMMLinearLayerConfig) -> tuple[bool, str | None]:
+    def scheme_reason(cls, c: Int8ScaledMMLinearLayerConfig) -> str | None:
         if c.is_static_input_scheme:
-            return (
-                False,
-                "supports dynamic per-token activation scales only (static input scales use CUTLASS)",
-            )
+            return "supports dynamic per-token activation scales only (static input scales use CUTLASS)"
         if not c.input_symmetric:
-            return False, "supports symmetric activations only (asymmetric/azp uses CUTLASS's azp kernel)"
+            return "supports symmetric activations only (asymmetric/azp uses CUTLASS's azp kernel)"
         if not c.is_channelwise:
-            return False, "supports per-channel weight scales only (per-tensor uses CUTLASS)"
-        size, reason = cudagraph_capture_limit()
-        if not size:
-            return False, reason
-        return True, None
+            return "supports per-channel weight scales only (per-tensor uses CUTLASS)"
+        return None
 
     def __init__(self, c: Int8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)

@@ -21,6 +21,8 @@ __all__ = [
     "announce",
     "capture_sizes_of",
     "cudagraph_capture_limit",
+    "HelionLinearKernelChecks",
+    "out_dtype_reason",
     "helion_importable",
     "helion_supported",
     "model_dtype",
@@ -92,6 +94,45 @@ def helion_supported(compute_capability: int | None) -> tuple[bool, str | None]:
     if compute_capability != 90:
         return False, f"is tuned for SM90 (H100/H200) only; this GPU is SM{compute_capability}"
     return helion_importable()
+
+
+#: The output dtypes hlvllm's GEMMs write (vLLM's layers run bf16 or fp16 activations).
+SUPPORTED_OUT_DTYPES = ("bfloat16", "float16")
+
+
+def out_dtype_reason(out_dtype) -> str | None:
+    """Why a layer's output dtype is not supported, or None (None: the activations' dtype)."""
+    if out_dtype is None or str(out_dtype).removeprefix("torch.") in SUPPORTED_OUT_DTYPES:
+        return None
+    return f"supports bf16/fp16 output only; got {out_dtype}"
+
+
+class HelionLinearKernelChecks:
+    """vLLM's ``is_supported`` / ``can_implement`` for every hlvllm linear kernel (put first in the
+    bases, before the vLLM kernel subclassed): :func:`helion_supported`, then the kernel's own
+    :meth:`scheme_reason` for the layer's scheme, then CUDA graphs on (:func:`cudagraph_capture_limit`);
+    declines are warned once per reason (:func:`warn_if_declined`)."""
+
+    @classmethod
+    @warn_if_declined
+    def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
+        return helion_supported(compute_capability)
+
+    @classmethod
+    @warn_if_declined
+    def can_implement(cls, config) -> tuple[bool, str | None]:
+        reason = cls.scheme_reason(config)
+        if reason:
+            return False, reason
+        size, reason = cudagraph_capture_limit()
+        if not size:
+            return False, reason
+        return True, None
+
+    @classmethod
+    def scheme_reason(cls, config) -> str | None:
+        """Why this kernel cannot take a layer of ``config`` (its quantization scheme), or None."""
+        raise NotImplementedError
 
 
 def model_dtype():
