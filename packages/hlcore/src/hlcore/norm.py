@@ -34,6 +34,26 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 # --------------------------------------------------------------------------------------------
+# Row math shared by the norm kernels here and in hlcore.norm_quant (device functions Helion
+# inlines where a kernel body calls them; own local names, no host tensor arguments)
+# --------------------------------------------------------------------------------------------
+def rms_normed_rows(rows_f32: torch.Tensor, eps: float) -> torch.Tensor:
+    """``rows / sqrt(mean(rows^2) + eps)`` per row of ``rows_f32 [tile_m, H]`` fp32 (vLLM's
+    ``RMSNorm`` before its weight)."""
+    rms_variance = torch.mean(rows_f32 * rows_f32, dim=-1)
+    return rows_f32 / torch.sqrt(rms_variance + eps).unsqueeze(-1)
+
+
+def rms_weighted_rows(
+    normed_f32: torch.Tensor, weight_f32: torch.Tensor, weight_dtype: torch.dtype
+) -> torch.Tensor:
+    """The normalized rows times the weight as vLLM's ``RMSNorm`` does it: rounded to the weight's
+    dtype, multiplied (bf16 x bf16 / fp16 x fp16 products are exact in fp32: one rounding, as
+    torch's), rounded to the weight's dtype again."""
+    return (normed_f32.to(weight_dtype).to(torch.float32) * weight_f32).to(weight_dtype)
+
+
+# --------------------------------------------------------------------------------------------
 # Helion kernels
 # --------------------------------------------------------------------------------------------
 def _rms_norm_body(
@@ -45,14 +65,10 @@ def _rms_norm_body(
     h = hl.specialize(x.size(1))
     out = torch.empty([m, h], dtype=x.dtype, device=x.device)
     for tile_m in hl.tile(m):
-        row = x[tile_m, :].to(torch.float32)
-        variance = torch.mean(row * row, dim=-1)
-        normed = row / torch.sqrt(variance + eps)[:, None]
+        normed = rms_normed_rows(x[tile_m, :].to(torch.float32), eps)
         if weight is not None:
             w = weight[None, :].to(torch.float32)
-            # bf16 x bf16 (fp16 x fp16) products are exact in fp32: one rounding, as torch's
-            scaled = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype)
-            out[tile_m, :] = scaled.to(out.dtype)
+            out[tile_m, :] = rms_weighted_rows(normed, w, weight.dtype).to(out.dtype)
         else:
             out[tile_m, :] = normed.to(out.dtype)
     return out
@@ -71,12 +87,10 @@ def _fused_add_rms_norm_body(
     for tile_m in hl.tile(m):
         total = x[tile_m, :].to(torch.float32) + residual[tile_m, :].to(torch.float32)
         new_residual[tile_m, :] = total.to(new_residual.dtype)
-        variance = torch.mean(total * total, dim=-1)
-        normed = total / torch.sqrt(variance + eps)[:, None]
+        normed = rms_normed_rows(total, eps)
         if weight is not None:
             w = weight[None, :].to(torch.float32)
-            scaled = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype)
-            out[tile_m, :] = scaled.to(out.dtype)
+            out[tile_m, :] = rms_weighted_rows(normed, w, weight.dtype).to(out.dtype)
         else:
             out[tile_m, :] = normed.to(out.dtype)
     return out, new_residual

@@ -39,7 +39,7 @@ import torch
 
 from hlcore import norm
 from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
-from hlcore.norm import fused_add_rms_norm_ref, rms_norm_ref
+from hlcore.norm import fused_add_rms_norm_ref, rms_norm_ref, rms_normed_rows, rms_weighted_rows
 from hlcore.quant import (
     FP8_DTYPE,
     per_token_fp8_quant_ref,
@@ -65,11 +65,9 @@ def _rms_norm_fp8_quant_body(
     scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
     for tile_m in hl.tile(m):
         row = x[tile_m, :].to(torch.float32)
-        variance = torch.mean(row * row, dim=-1)
-        normed = row / torch.sqrt(variance + eps)[:, None]
         w = weight[None, :].to(torch.float32)
         # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
-        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        y = rms_weighted_rows(rms_normed_rows(row, eps), w, weight.dtype).to(x.dtype).to(torch.float32)
         amax = torch.amax(torch.abs(y), dim=-1)
         if scale_ub is not None:
             amax = torch.minimum(amax, scale_ub[0])
@@ -94,10 +92,9 @@ def _fused_add_rms_norm_fp8_quant_body(
     for tile_m in hl.tile(m):
         total = x[tile_m, :].to(torch.float32) + residual[tile_m, :].to(torch.float32)
         new_residual[tile_m, :] = total.to(new_residual.dtype)
-        variance = torch.mean(total * total, dim=-1)
-        normed = total / torch.sqrt(variance + eps)[:, None]
         w = weight[None, :].to(torch.float32)
-        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
+        y = rms_weighted_rows(rms_normed_rows(total, eps), w, weight.dtype).to(x.dtype).to(torch.float32)
         amax = torch.amax(torch.abs(y), dim=-1)
         if scale_ub is not None:
             amax = torch.minimum(amax, scale_ub[0])
@@ -118,10 +115,9 @@ def _rms_norm_int8_quant_body(
     scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
     for tile_m in hl.tile(m):
         row = x[tile_m, :].to(torch.float32)
-        variance = torch.mean(row * row, dim=-1)
-        normed = row / torch.sqrt(variance + eps)[:, None]
         w = weight[None, :].to(torch.float32)
-        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
+        y = rms_weighted_rows(rms_normed_rows(row, eps), w, weight.dtype).to(x.dtype).to(torch.float32)
         y = torch.clamp(y, -F32_MAX, F32_MAX)
         q_rows, row_scale = int8_rows(y)
         q[tile_m, :] = q_rows
@@ -143,10 +139,9 @@ def _fused_add_rms_norm_int8_quant_body(
     for tile_m in hl.tile(m):
         total = x[tile_m, :].to(torch.float32) + residual[tile_m, :].to(torch.float32)
         new_residual[tile_m, :] = total.to(new_residual.dtype)
-        variance = torch.mean(total * total, dim=-1)
-        normed = total / torch.sqrt(variance + eps)[:, None]
         w = weight[None, :].to(torch.float32)
-        y = (normed.to(weight.dtype).to(torch.float32) * w).to(weight.dtype).to(x.dtype).to(torch.float32)
+        # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
+        y = rms_weighted_rows(rms_normed_rows(total, eps), w, weight.dtype).to(x.dtype).to(torch.float32)
         y = torch.clamp(y, -F32_MAX, F32_MAX)
         q_rows, row_scale = int8_rows(y)
         q[tile_m, :] = q_rows
