@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from hlcore.config_store import SCALED_MM_KERNEL, config_file_path, stats_file_path
 from hltools import bench_configs as bc
 from hltools import options as opt
 
@@ -137,13 +138,13 @@ def from_bench(
         for reason in skipped:
             console.print(f"  skipped {reason}", markup=False, highlight=False)
         raise typer.Exit(1)
-    path = bc.config_file_path(bc.SCALED_MM_KERNEL, metadata["gpu"], output)
+    path = config_file_path(SCALED_MM_KERNEL, metadata["gpu"], output)
     merge, present = bc.merge_target(path, metadata, force, console)
     kept = [e for e in entries if e.id in present] if only_new else []
     written = [e for e in entries if not (only_new and e.id in present)]
     if written:
         stats_dir = stats_output if stats_output is not None else bc.default_stats_dir(output)
-        stats_path = bc.stats_file_path(bc.SCALED_MM_KERNEL, metadata["gpu"], stats_dir)
+        stats_path = stats_file_path(SCALED_MM_KERNEL, metadata["gpu"], stats_dir)
         bc.write_config_and_stats(path, stats_path, written, metadata, merge=merge)
     bc.print_summary(console, path, kernels_json, entries, written, kept, skipped)
     if written:
