@@ -85,6 +85,16 @@ def fp8_rows(rows_f32: torch.Tensor, rows_amax: torch.Tensor) -> tuple[torch.Ten
     return fp8_q, fp8_row_scale
 
 
+def fp8_group_rows(group_f32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 of one 1 x 128 group per row, ``group_f32 [tile_m, 128]`` fp32 (vLLM's
+    ``per_token_group_fp8_quant``): ``scale = max(min(amax, f32 max), 1e-10) / 448``, ``q = e4m3(clamp(x
+    / scale, -448, 448))``; returns ``(q, scale [tile_m])``. Masked (past-K) columns are zeros."""
+    grp_amax = torch.clamp(torch.amax(torch.abs(group_f32), dim=-1), max=F32_MAX)
+    grp_scale = torch.clamp(grp_amax, min=GROUP_EPS) / FP8_MAX
+    grp_q = torch.clamp(group_f32 / grp_scale.unsqueeze(-1), -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return grp_q, grp_scale
+
+
 def int8_rows(rows_f32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-token int8 of ``rows_f32 [tile_m, K]`` fp32 (finite: callers clamp +-inf to
     +-f32 max first): ``scale = amax / 127``, ``q = clamp(rint(x / scale), -128, 127)`` rounding half
@@ -152,10 +162,8 @@ def _per_token_group_fp8_quant_body(
     else:
         scale = torch.empty([m, groups], dtype=torch.float32, device=x.device)
     for tile_m, tile_k in hl.tile([m, k], block_size=[None, GROUP_SIZE]):
-        vals = x[tile_m, tile_k].to(torch.float32)
-        amax = torch.clamp(torch.amax(torch.abs(vals), dim=-1), max=F32_MAX)
-        grp_scale = torch.clamp(amax, min=GROUP_EPS) / FP8_MAX
-        q[tile_m, tile_k] = torch.clamp(vals / grp_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        q_group, grp_scale = fp8_group_rows(x[tile_m, tile_k].to(torch.float32))
+        q[tile_m, tile_k] = q_group
         scale[tile_m, tile_k.begin // GROUP_SIZE] = grp_scale
     return q, scale
 
