@@ -208,3 +208,66 @@ def test_setting_is_validated(hl_env):
     get_settings.cache_clear()
     with pytest.raises(ValueError, match="HL_PRECOMPILE_THREADS must be a non-negative integer"):
         get_settings()
+
+
+def test_worker_processes_get_every_helion_size_and_the_first_call_waits(op, hl_env, tmp_path, caplog):
+    """HL_PRECOMPILE_PROCESSES: the registered shape's Helion GEMM at every capture size <= 32,
+    recorded without launching, goes to the worker pool (a fake here that runs the jobs in this
+    process; hlcore's tests spawn real workers), and the first call waits for it."""
+    import hlvllm.ops as ops
+    from hlcore import kernel_pool
+    from hlcore import scaled_mm as sm
+    from hlvllm import guard, precompile
+    from hlvllm.settings import get_settings
+
+    fn, dispatch, fallback_calls, helion_calls = op
+    hl_env.setenv("HL_KERNEL_CACHE_DIR", str(tmp_path / "kc"))
+    hl_env.setenv("HL_PRECOMPILE_PROCESSES", "3")
+    get_settings.cache_clear()
+    sm._kernel_for.cache_clear()
+    hl_env.setattr(precompile, "POOL_DELAY", 3600.0)  # the first call starts the pool, not the timer
+    started = []
+
+    class FakePool:
+        def __init__(self, jobs, processes):
+            self.jobs, self.processes, self._procs = list(jobs), processes, [None]
+
+        def start(self):
+            started.append(self)
+            return self
+
+        def wait(self, timeout):
+            reports = kernel_pool.run_jobs(self.jobs)
+            failed = [r["error"] for r in reports if r["error"]]
+            return {
+                "jobs": len(reports),
+                "ran": len(reports) - len(failed),
+                "failed": len(failed),
+                "workers": 1,
+                "seconds": 0.0,
+                "errors": failed,
+            }
+
+    hl_env.setattr(kernel_pool, "Pool", FakePool)
+    try:
+        args, d = _args(8)
+        guard.register_shape(
+            ops.scaled_mm_guard_shape("fp8_dynamic", args[1], args[3], args[5], torch.bfloat16)
+        )
+        assert precompile._pool_timer is not None  # armed by the registration
+        helion_calls.clear()
+        with caplog.at_level(logging.INFO, logger="vllm.hlvllm"):
+            out = fn(*args)
+        assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
+        (pool,) = started
+        assert pool.processes == 3
+        assert sorted(job.args[0]["tensor"][0][0] for job in pool.jobs) == SIZES  # M of each job (not 40, 48)
+        for job in pool.jobs:
+            m = job.args[0]["tensor"][0][0]
+            assert job.args[0]["tensor"][:3] == [[m, K], [K, 1], "float8_e4m3fn"]  # the quant's layouts
+            assert job.args[1]["tensor"][:3] == [[N, K], [K, 1], "float8_e4m3fn"]  # the layer's weight
+        assert any("precompiled 7 of 7 Helion kernels" in r.getMessage() for r in caplog.records)
+        assert fallback_calls == [8]  # the real call, checked against vLLM's kernel as always
+        assert precompile.wait_pool() is None  # once per process
+    finally:
+        sm._kernel_for.cache_clear()

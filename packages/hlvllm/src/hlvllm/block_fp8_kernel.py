@@ -225,6 +225,7 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
             weight.numel() * weight.element_size(),
             type(self.fallback).__name__,
             make_calls,
+            lambda m: self.helion_gemm_at(m, weight, helion_scale, out_dtype, None),
         )
 
     def apply_block_scaled_mm(self, A, B, As, Bs):  # abstract in vLLM; unused (apply_weights is ours)

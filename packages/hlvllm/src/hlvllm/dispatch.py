@@ -93,8 +93,9 @@ def run(
     ``HL_PRECOMPILE_THREADS`` > 1; its failure is logged, never raised)."""
     capturing = _capturing()
     if not capturing and 0 < m <= max_helion_m():
-        from hlvllm import guard
+        from hlvllm import guard, precompile
 
+        precompile.wait_pool()  # the kernels compiled in worker processes (HL_PRECOMPILE_PROCESSES)
         guard.check_all()  # once per process, before the first Helion call
         guard.check_key(fmt, m, n, k)  # a size or shape check_all did not cover
     path = route(fmt, m, n, k)

@@ -64,7 +64,9 @@ class GuardShape:
     """A layer shape the guard may time. ``make_calls(m, copies)`` returns ``(helion_calls,
     vllm_calls)``: one call per weight copy (``copies`` of them, the first the layer's own weight),
     each running that kernel once at M = ``m`` on random inputs of the real call's dtypes and
-    layouts. ``vllm_kernel``: what vLLM's side runs (cache key, logs)."""
+    layouts. ``vllm_kernel``: what vLLM's side runs (cache key, logs). ``gemm_at(m)``: the layer's
+    Helion GEMM alone at M = ``m`` on operands of ones with the real call's layouts (what
+    :mod:`hlvllm.precompile` compiles ahead), or None."""
 
     fmt: str
     n: int
@@ -72,6 +74,7 @@ class GuardShape:
     weight_bytes: int
     vllm_kernel: str
     make_calls: Callable[[int, int], tuple[Calls, Calls]]
+    gemm_at: Callable[[int], object] | None = None
 
 
 def time_pair(helion_calls: Calls, vllm_calls: Calls) -> tuple[float, float]:
@@ -108,6 +111,9 @@ def register_shape(shape: GuardShape) -> None:
     """Make (format, N, K) known to the guard (one layer per shape is enough: the others run the same
     GEMM on another weight of the same size; the last registered one is timed)."""
     _shapes[(shape.fmt, shape.n, shape.k)] = shape
+    from hlvllm import precompile
+
+    precompile.schedule_pool(shape)
 
 
 def weight_copies(weight: torch.Tensor, copies: int) -> list[torch.Tensor]:

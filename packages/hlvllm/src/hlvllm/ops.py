@@ -136,7 +136,14 @@ def scaled_mm_guard_shape(fmt: str, weight: torch.Tensor, scale_b: torch.Tensor,
         vllm = [lambda w=w: _fallback_scaled_mm(a, w, scale_a, scale_b, out_dtype, bias) for w in ws]
         return helion, vllm
 
-    return GuardShape(fmt, n, k, weight.numel() * weight.element_size(), "cutlass_scaled_mm", make_calls)
+    def gemm_at(m: int) -> torch.Tensor:  # the real call's layouts: [M, K] activations, [M, 1] scales
+        a = torch.ones((m, k), dtype=weight.dtype, device=weight.device)
+        scale_a = torch.ones((m, 1), dtype=torch.float32, device=weight.device)
+        return _helion_scaled_mm(a, weight, scale_a, scale_b, out_dtype, bias)
+
+    return GuardShape(
+        fmt, n, k, weight.numel() * weight.element_size(), "cutlass_scaled_mm", make_calls, gemm_at
+    )
 
 
 def register_scaled_mm_layer(fmt: str, weight: torch.Tensor, scale_b: torch.Tensor, layer, out_dtype) -> None:

@@ -26,6 +26,19 @@ threads would share) the jobs run one after the other.
 Off by default: on the H200 (2026-12-01 evening, 8-layer Qwen3-8B FP8_Dynamic, one sample) 16
 threads took CUDA-graph capture from 26 to 22 s; most of a Helion compile holds the GIL
 (docs/configuration.md).
+
+**Worker processes** (``HL_PRECOMPILE_PROCESSES=N``, N > 0; needs the kernel cache,
+``HL_KERNEL_CACHE_DIR``, which ``hlvllm.plugin`` sets): each registered layer shape
+(:func:`hlvllm.guard.register_shape`, at weight processing) re-arms a timer; :data:`POOL_DELAY` s
+after the last one, a background thread records the Helion GEMM call (``GuardShape.gemm_at``) of
+every shape at every capture size Helion may run (:func:`hlvllm.routing.decide`) without launching
+it, and hands the calls whose cache entry is missing to :class:`hlcore.kernel_pool.Pool` (N worker
+processes, each config's sizes in one worker). That overlaps vLLM's torch.compile and memory
+profiling. The first eager Helion call of the process waits for the pool (:func:`wait_pool`, at
+most :data:`POOL_TIMEOUT` s), then every size's first call loads its kernel from the cache. Each
+worker holds a CUDA context (about 0.5 GB) while it runs: vLLM's memory profiling, if it overlaps,
+counts that memory out of the KV cache. A failed or late worker only leaves its kernels to the
+normal first call; nothing changes a result.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -169,9 +183,131 @@ def precompile_shape(
     return sizes
 
 
+#: Seconds without a new registered shape before the worker processes start.
+POOL_DELAY = 2.0
+#: Seconds the first Helion call waits for them at most.
+POOL_TIMEOUT = 300.0
+_pool_lock = threading.Lock()
+_pool: Any = None  # hlcore.kernel_pool.Pool once started; False when there was nothing to run
+_pool_timer: threading.Timer | None = None
+_pool_shapes: dict[tuple[str, int, int], Any] = {}  # (fmt, N, K) -> GuardShape
+
+
+def _pool_processes() -> int:
+    """Worker processes to use now: 0 when off, without CUDA or the kernel cache, or interpreted."""
+    from hlcore.kernel_cache import cache_dir_from_env
+
+    processes = get_settings().precompile_processes
+    if processes <= 0 or os.environ.get("HELION_INTERPRET") == "1" or cache_dir_from_env() is None:
+        return 0
+    if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        return 0
+    return processes
+
+
+def schedule_pool(shape: Any, delay: float | None = None) -> None:
+    """Keep ``shape`` (a :class:`hlvllm.guard.GuardShape`, the last one per (format, N, K)) and
+    (re)arm the timer that starts the worker processes ``delay`` s (:data:`POOL_DELAY`) after the
+    last registered shape; nothing when they are off or already started."""
+    global _pool_timer
+    _pool_shapes[(shape.fmt, shape.n, shape.k)] = shape
+    if _pool_processes() <= 0:
+        return
+    with _pool_lock:
+        if _pool is not None:
+            return
+        if _pool_timer is not None:
+            _pool_timer.cancel()
+        _pool_timer = threading.Timer(POOL_DELAY if delay is None else delay, start_pool)
+        _pool_timer.daemon = True
+        _pool_timer.start()
+
+
+def pool_jobs() -> list:
+    """The Helion GEMM calls of every registered shape at every capture size Helion may run whose
+    kernel-cache entry is missing (:func:`hlcore.kernel_pool.recording`; nothing launches)."""
+    from hlcore import kernel_pool
+    from hlvllm import routing
+
+    sizes = [s for s in capture_sizes() if 0 < s <= routing.max_helion_m()]
+    with kernel_pool.recording() as jobs:  # gemm_at puts its tensors on the layer weight's device
+        for shape in list(_pool_shapes.values()):
+            if shape.gemm_at is None:
+                continue
+            for m in sizes:
+                if not routing.decide(shape.fmt, m, shape.n, shape.k).helion:
+                    continue
+                try:
+                    shape.gemm_at(m)
+                except Exception as exc:  # noqa: BLE001 - that size compiles at its first call
+                    logger.debug(
+                        "hlvllm: no precompile job for %s N=%d K=%d M=%d: %s",
+                        shape.fmt,
+                        shape.n,
+                        shape.k,
+                        m,
+                        exc,
+                    )
+    return jobs
+
+
+def start_pool() -> None:
+    """Start the worker processes on the recorded jobs (once per process; see the module docstring)."""
+    global _pool, _pool_timer
+    processes = _pool_processes()
+    with _pool_lock:
+        if _pool is not None or processes <= 0:
+            return
+        _pool_timer = None
+        try:
+            from hlcore.kernel_pool import Pool
+
+            jobs = pool_jobs()
+            _pool = Pool(jobs, processes).start() if jobs else False
+        except Exception as exc:  # noqa: BLE001 - a speed-up only
+            logger.warning("hlvllm: precompile worker processes not started (%s)", exc)
+            _pool = False
+            return
+    if _pool:
+        logger.info(
+            "hlvllm: compiling %d Helion kernels in %d worker processes", len(_pool.jobs), len(_pool._procs)
+        )
+
+
+def wait_pool() -> dict | None:
+    """Before the first Helion call: start the workers now if the timer has not, wait for them
+    (:data:`POOL_TIMEOUT`), log one line; their report, or None when there was none (off, nothing to
+    compile, or already waited)."""
+    global _pool
+    if _pool is False or _pool_processes() <= 0:
+        return None
+    if _pool_timer is not None:
+        _pool_timer.cancel()
+    start_pool()
+    with _pool_lock:
+        pool, _pool = _pool, False
+    if not pool:
+        return None
+    report = pool.wait(POOL_TIMEOUT)
+    logger.info(
+        "hlvllm: precompiled %d of %d Helion kernels in %d worker processes; ready after %.1f s%s",
+        report["ran"],
+        report["jobs"],
+        report["workers"],
+        report["seconds"],
+        "" if not report["failed"] else f" ({report['failed']} failed: {report['errors'][0][:200]})",
+    )
+    return report
+
+
 def reset() -> None:
-    """Forget capture sizes, the compilation config and precompiled shapes (tests)."""
-    global _capture_sizes, _compilation_config
+    """Forget capture sizes, the compilation config, precompiled shapes and the worker pool (tests)."""
+    global _capture_sizes, _compilation_config, _pool, _pool_timer
     _capture_sizes = ()
     _compilation_config = None
     _done.clear()
+    if _pool_timer is not None:
+        _pool_timer.cancel()
+    _pool_timer = None
+    _pool = None
+    _pool_shapes.clear()
