@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU runs of 2026-12-02 (early): issue 20 ("No cost to switch it on"), start-up and TTFT, in phases
+# GPU runs of 2026-12-01 (midnight): issue 20 ("No cost to switch it on"), start-up and TTFT, in phases
 # of < 600 s (one device call each). What each phase answers:
 #   S1  Qwen3-8B FP8_Dynamic at full depth (36 layers): cold and warm start-up of the plugin off vs on
 #       with the kernels compiled in 8 worker processes (HL_PRECOMPILE_PROCESSES=8), and TTFT of one
@@ -8,7 +8,7 @@
 #   S2  the same for W8A8_INT8 (cold only), then the host time per linear call of the compiled graph
 #       at M = 64..4096 (lab/scripts/prefill_host_time.py).
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-02-early.sh S1|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-01-midnight.sh S1|S2
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
