@@ -7,8 +7,10 @@
 #       alternating off/on, 40 each (lab/scripts/startup_ttft.py).
 #   S2  the same for W8A8_INT8 (cold only), then the host time per linear call of the compiled graph
 #       at M = 64..4096 (lab/scripts/prefill_host_time.py).
+#   S3  S1 again without the worker processes and with the engines started in the other order (on
+#       first): what the processes save, and a second pair of processes for the TTFT ratio.
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-01-midnight.sh S1|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-01-midnight.sh S1|S2|S3
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -28,6 +30,12 @@ S2)
     export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
     OUT=$O run prefill-host-time 150 python3 lab/scripts/prefill_host_time.py
     tail -14 "$O/prefill-host-time.log"
+    ;;
+S3)
+    run startup-ttft-fp8-nopool 520 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
+        --out "$O/fp8-nopool" --repeats 40 --order on,off --on-env HL_PRECOMPILE_PROCESSES=0
+    grep -h "hlvllm\|startup_ttft" "$O/startup-ttft-fp8-nopool.log" | grep -v "dispatch:" | tail -15
+    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-fp8-nopool.log"
     ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

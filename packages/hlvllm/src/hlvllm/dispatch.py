@@ -131,7 +131,33 @@ def run(
     DISPATCH_COUNTS[key] += 1
     if capturing:
         CAPTURE_COUNTS[key] += 1
+        if path == HELION and not _cache_logged:
+            _log_kernel_cache(m)
     return out
+
+
+_cache_logged = False
+
+
+def _log_kernel_cache(m: int) -> None:
+    """Once, when the smallest CUDA-graph size Helion runs is captured (vLLM captures the largest
+    first): how many of this process's Helion kernels came from hlcore's kernel cache."""
+    global _cache_logged
+    from hlcore import kernel_cache
+    from hlvllm import precompile
+
+    sizes = [s for s in precompile.capture_sizes() if 0 < s <= max_helion_m()]
+    if sizes and m != min(sizes):
+        return
+    _cache_logged = True
+    stats = kernel_cache.stats()
+    logger.info(
+        "hlvllm: Helion kernels at CUDA-graph capture: %d loaded from the kernel cache, %d compiled in "
+        "this process (%d cache errors)",
+        stats["disk_hits"],
+        stats["misses"],
+        stats["errors"],
+    )
 
 
 def report_failure(fmt: str, m: int, n: int, k: int, exc: BaseException) -> None:
@@ -172,10 +198,12 @@ def disagreement(fmt: str, out: torch.Tensor, ref: torch.Tensor) -> str | None:
 
 def reset() -> None:
     """Forget warm-up state, routes, failures, guard verdicts and counts (tests)."""
+    global _cache_logged
     DISPATCH_COUNTS.clear()
     CAPTURE_COUNTS.clear()
     _warmed.clear()
     _validated.clear()
+    _cache_logged = False
     routing.reset()
     from hlvllm import guard, precompile
 
