@@ -9,8 +9,12 @@
 #       at M = 64..4096 (lab/scripts/prefill_host_time.py).
 #   S3  S1 again without the worker processes and with the engines started in the other order (on
 #       first): what the processes save, and a second pair of processes for the TTFT ratio.
+#   S4, S5  after S1-S3 showed the first call of each off/on pair running up to 15 % slower whichever
+#       engine it was, and the workers starting 17 s after the weights: TTFT in ABBA order, the
+#       kernel calls recorded at weight processing (the timer only spawns the workers); FP8_Dynamic
+#       (S4) and W8A8_INT8 (S5, with warm start-up).
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-01-midnight.sh S1|S2|S3
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-01-midnight.sh S1|S2|S3|S4|S5
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -36,6 +40,14 @@ S3)
         --out "$O/fp8-nopool" --repeats 40 --order on,off --on-env HL_PRECOMPILE_PROCESSES=0
     grep -h "hlvllm\|startup_ttft" "$O/startup-ttft-fp8-nopool.log" | grep -v "dispatch:" | tail -15
     sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-fp8-nopool.log"
+    ;;
+S4 | S5)
+    fmt=fp8_dynamic; warm=""; [ "$phase" = S5 ] && { fmt=w8a8_int8; warm=--warm; }
+    run startup-ttft-$fmt 520 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format $fmt \
+        --out "$O/$fmt" --repeats 40 $warm --on-env HL_PRECOMPILE_PROCESSES=8
+    grep -h "init engine\|Compiling a graph\|capturing finished\|hlvllm: \(compiling\|precompiled\|Helion kernels\)\|startup_ttft\]" \
+        "$O/startup-ttft-$fmt.log" | tail -24
+    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-$fmt.log"
     ;;
 *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

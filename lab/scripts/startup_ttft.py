@@ -5,8 +5,10 @@ generates per setting) and the plugin's extra cold start <= +10 s, warm <= +1 s.
 setting in separate runs left TTFT at the mercy of each process's host speed (2026-12-01 night: the
 same prefill graph, up to 1.4x apart). Here both engines live at once, each in its own engine-core
 process with its own fresh compile caches (so both start cold), and the one-token generates
-alternate off, on, off, on, ...: both settings see the same machine state, and each on/off pair
-gives one ratio (the median of the pair ratios is reported next to the two medians).
+alternate in ABBA order (off, on, on, off, ...: the first call of a pair ran up to 15 % slower than
+the second in the 2026-12-01 midnight run, whichever engine it was): both settings see the same
+machine state, and each pair gives one on/off ratio (their median is reported next to the two
+medians).
 
 Per engine: ``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``,
 ``HL_KERNEL_CACHE_DIR`` under ``OUT/cache-<setting>`` (emptied first); ``off`` loads no general
@@ -137,12 +139,12 @@ def main() -> int:
         for _ in range(2):  # warm-up: first prefill at this length
             for s in order:
                 engines[s].generate(prompt, sp, use_tqdm=False)
-        for _ in range(args.repeats):
-            for s in order:
+        for i in range(args.repeats):  # ABBA: which engine goes first alternates (the first call
+            for s in order if i % 2 == 0 else order[::-1]:  # of a pair ran up to 15 % slower)
                 t0 = time.perf_counter()
                 engines[s].generate(prompt, sp, use_tqdm=False)
                 samples[s].append(1e3 * (time.perf_counter() - t0))
-        pairs = [b / a for a, b in zip(samples[order[0]], samples[order[1]], strict=True)]
+        pairs = [on / off for off, on in zip(samples["off"], samples["on"], strict=True)]
         ttft[n] = {
             "samples_ms": samples,
             "median_ms": {s: statistics.median(v) for s, v in samples.items()},
@@ -171,7 +173,7 @@ def main() -> int:
         w = result["warm_s"]
         print(f"| warm | {w[a]:.1f} | {w[b]:.1f} | {w[b] - w[a]:+.1f} |")
     print(
-        f"\n| prompt | TTFT {a} ms (p20-p80) | TTFT {b} ms (p20-p80) | {b}/{a} medians | pair ratio median (p20-p80) | n |"
+        f"\n| prompt | TTFT {a} ms (p20-p80) | TTFT {b} ms (p20-p80) | {b}/{a} medians | on/off pair ratio median (p20-p80) | n |"
     )
     print("| --- | --- | --- | --- | --- | --- |")
     for n, t in ttft.items():

@@ -28,12 +28,12 @@ threads took CUDA-graph capture from 26 to 22 s; most of a Helion compile holds 
 (docs/configuration.md).
 
 **Worker processes** (``HL_PRECOMPILE_PROCESSES=N``, N > 0; needs the kernel cache,
-``HL_KERNEL_CACHE_DIR``, which ``hlvllm.plugin`` sets): each registered layer shape
-(:func:`hlvllm.guard.register_shape`, at weight processing) re-arms a timer; :data:`POOL_DELAY` s
-after the last one, a background thread records the Helion GEMM call (``GuardShape.gemm_at``) of
-every shape at every capture size Helion may run (:func:`hlvllm.routing.decide`) without launching
-it, and hands the calls whose cache entry is missing to :class:`hlcore.kernel_pool.Pool` (N worker
-processes, each config's sizes in one worker). That overlaps vLLM's torch.compile and memory
+``HL_KERNEL_CACHE_DIR``, which ``hlvllm.plugin`` sets): the first registration of each layer shape
+(:func:`hlvllm.guard.register_shape` -> :func:`schedule_pool`, at weight processing) records its
+Helion GEMM call (``GuardShape.gemm_at``) at every capture size Helion may run
+(:func:`hlvllm.routing.decide`) without launching it, keeping the calls whose cache entry is
+missing, and re-arms a timer; :data:`POOL_DELAY` s after the last registration the timer hands the
+calls to :class:`hlcore.kernel_pool.Pool` (N worker processes, each config's sizes in one worker). That overlaps vLLM's torch.compile and memory
 profiling. The first eager Helion call of the process waits for the pool (:func:`wait_pool`, at
 most :data:`POOL_TIMEOUT` s), then every size's first call loads its kernel from the cache. Each
 worker holds a CUDA context (about 0.5 GB) while it runs: vLLM's memory profiling, if it overlaps,
@@ -190,7 +190,7 @@ POOL_TIMEOUT = 300.0
 _pool_lock = threading.Lock()
 _pool: Any = None  # hlcore.kernel_pool.Pool once started; False when there was nothing to run
 _pool_timer: threading.Timer | None = None
-_pool_shapes: dict[tuple[str, int, int], Any] = {}  # (fmt, N, K) -> GuardShape
+_pool_shapes: dict[tuple[str, int, int], list] = {}  # (fmt, N, K) -> its recorded jobs
 
 
 def _pool_processes() -> int:
@@ -206,13 +206,15 @@ def _pool_processes() -> int:
 
 
 def schedule_pool(shape: Any, delay: float | None = None) -> None:
-    """Keep ``shape`` (a :class:`hlvllm.guard.GuardShape`, the last one per (format, N, K)) and
-    (re)arm the timer that starts the worker processes ``delay`` s (:data:`POOL_DELAY`) after the
-    last registered shape; nothing when they are off or already started."""
+    """Record the Helion GEMM calls of ``shape`` (a :class:`hlvllm.guard.GuardShape`, first
+    registration per (format, N, K); :func:`pool_jobs`, here on the loading thread, which is cheap)
+    and (re)arm the timer that starts the worker processes ``delay`` s (:data:`POOL_DELAY`) after
+    the last registered shape; nothing when they are off or already started."""
     global _pool_timer
-    _pool_shapes[(shape.fmt, shape.n, shape.k)] = shape
-    if _pool_processes() <= 0:
+    key = (shape.fmt, shape.n, shape.k)
+    if _pool_processes() <= 0 or key in _pool_shapes:
         return
+    _pool_shapes[key] = pool_jobs([shape])
     with _pool_lock:
         if _pool is not None:
             return
@@ -223,15 +225,15 @@ def schedule_pool(shape: Any, delay: float | None = None) -> None:
         _pool_timer.start()
 
 
-def pool_jobs() -> list:
-    """The Helion GEMM calls of every registered shape at every capture size Helion may run whose
-    kernel-cache entry is missing (:func:`hlcore.kernel_pool.recording`; nothing launches)."""
+def pool_jobs(shapes: Iterable[Any]) -> list:
+    """The Helion GEMM calls of ``shapes`` at every capture size Helion may run whose kernel-cache
+    entry is missing (:func:`hlcore.kernel_pool.recording`; nothing launches)."""
     from hlcore import kernel_pool
     from hlvllm import routing
 
     sizes = [s for s in capture_sizes() if 0 < s <= routing.max_helion_m()]
     with kernel_pool.recording() as jobs:  # gemm_at puts its tensors on the layer weight's device
-        for shape in list(_pool_shapes.values()):
+        for shape in shapes:
             if shape.gemm_at is None:
                 continue
             for m in sizes:
@@ -262,7 +264,7 @@ def start_pool() -> None:
         try:
             from hlcore.kernel_pool import Pool
 
-            jobs = pool_jobs()
+            jobs = [job for shape_jobs in _pool_shapes.values() for job in shape_jobs]
             _pool = Pool(jobs, processes).start() if jobs else False
         except Exception as exc:  # noqa: BLE001 - a speed-up only
             logger.warning("hlvllm: precompile worker processes not started (%s)", exc)
