@@ -1,4 +1,5 @@
-"""HL_PRECOMPILE_THREADS: a GEMM shape's CUDA-graph sizes compiled at its first Helion call."""
+"""HL_PRECOMPILE_THREADS: a GEMM shape's CUDA-graph sizes compiled at its first Helion call;
+HL_PRECOMPILE_PROCESSES: every registered shape's sizes compiled by worker processes."""
 
 import logging
 import threading
@@ -208,6 +209,14 @@ def test_setting_is_validated(hl_env):
     get_settings.cache_clear()
     with pytest.raises(ValueError, match="HL_PRECOMPILE_THREADS must be a non-negative integer"):
         get_settings()
+    hl_env.delenv("HL_PRECOMPILE_THREADS")
+    hl_env.setenv("HL_PRECOMPILE_PROCESSES", "-2")
+    get_settings.cache_clear()
+    with pytest.raises(ValueError, match="HL_PRECOMPILE_PROCESSES must be a non-negative integer; got '-2'"):
+        get_settings()
+    hl_env.setenv("HL_PRECOMPILE_PROCESSES", "4")
+    get_settings.cache_clear()
+    assert get_settings().precompile_processes == 4
 
 
 def test_worker_processes_get_every_helion_size_and_the_first_call_waits(op, hl_env, tmp_path, caplog):
