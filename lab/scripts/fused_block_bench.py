@@ -52,15 +52,15 @@ def main() -> None:
         for m in MS:
             x = torch.randn((m, k), device="cuda").to(torch.bfloat16)
 
-            def vllm_cutlass(w, s):
+            def vllm_cutlass(w, s, x=x):
                 q, sa = per_token_group_quant_fp8(x, 128, column_major_scales=True)
                 return vllm_ops.cutlass_scaled_mm(q, w.t(), sa, s.t(), torch.bfloat16)
 
-            def helion_two(w, s):
+            def helion_two(w, s, x=x):
                 q, sa = per_token_group_quant_fp8(x, 128)
                 return scaled_mm(q, w.t(), sa, s, torch.bfloat16, block_size=(128, 128))
 
-            def helion_fused(w, s):
+            def helion_fused(w, s, x=x):
                 return block_fp8_linear(x, w.t(), s)
 
             ref = block_fp8_linear_ref(x, w_q.t(), scale_b)
