@@ -197,3 +197,53 @@ def test_block_layers_compile_to_one_graph_piece(cuda_like, graphs_on_config):
     assert calls[0].args[1] is not calls[1].args[1]
     expected = kernels[1].fallback.apply_weights(layers[1], kernels[0].fallback.apply_weights(layers[0], x))
     assert rel_error(out, expected) <= 2 * tolerance("block_fp8", torch.bfloat16)
+
+
+def test_block_layer_with_the_quantization_inside_the_gemm(cuda_like, graphs_on_config):
+    """HL_FUSED_QUANT=1: the Helion path is one kernel (hlcore.fused_linear.block_fp8_linear on the
+    bf16 activations), equal to hlcore's 1x128 quant + Helion GEMM with the same config (the same
+    quantized bytes in either interpreter), and the first call is still checked against vLLM's."""
+    import hlcore.fused_linear as fl
+    from hlcore.quant_kernels import per_token_group_fp8_quant
+    from hlcore.scaled_mm import scaled_mm
+    from hlvllm import dispatch
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel
+    from hlvllm.plugin import register
+    from hlvllm.settings import get_settings
+
+    register()
+    cuda_like.setenv("HL_HELION_EAGER", "1")
+    cuda_like.setenv("HL_FUSED_QUANT", "1")
+    get_settings.cache_clear()
+    n, k, m = 200, 300, 3
+    gen = torch.Generator().manual_seed(11)
+    w_q, w_s = per_block_fp8_quant_ref(torch.randn(n, k, generator=gen) * 0.05)
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(w_q.clone(), requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(w_s.clone(), requires_grad=False)
+    layer.input_scale = None
+    layer.weight_block_size = [128, 128]
+    kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
+    cfg = {"block_sizes": [16, 64, 128], "split_k": 1, "swap_ab": True, "num_warps": 4, "num_stages": 1}
+    fused_calls, fallback_calls = [], []
+    real = fl.block_fp8_linear
+
+    def spy(x, b, scale_b, out_dtype, bias, config=None):
+        fused_calls.append(x.shape[0])
+        return real(x, b, scale_b, out_dtype, bias, config=cfg)
+
+    def fake_fallback(layer_, x_2d, bias):  # vLLM's block kernel is CUDA-only: the fp32 reference on
+        fallback_calls.append(x_2d.shape[0])  # hlcore's quantized bytes (Triton's CPU interpreter
+        q, s = per_token_group_fp8_quant(x_2d)  # rounds fp8 casts its own way, in both kernels alike)
+        return scaled_mm_ref(q, layer_.weight.t(), s, w_s, torch.bfloat16, bias, block_size=(128, 128))
+
+    cuda_like.setattr(fl, "block_fp8_linear", spy)
+    cuda_like.setattr(kernel.fallback, "apply_weights", fake_fallback)
+    kernel.process_weights_after_loading(layer)
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    out = kernel.apply_weights(layer, x)
+    assert fused_calls == [m] and fallback_calls == [m]
+    assert dispatch.DISPATCH_COUNTS[("helion", m, n, k)] == 1  # agreed with vLLM's kernel: not a fallback
+    q, s = per_token_group_fp8_quant(x)
+    two = scaled_mm(q, w_q.t(), s, w_s, torch.bfloat16, block_size=(128, 128), config=cfg)
+    torch.testing.assert_close(out, two, rtol=0, atol=0)

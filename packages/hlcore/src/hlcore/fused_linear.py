@@ -15,8 +15,8 @@ The result equals :func:`hlcore.quant_kernels.per_token_group_fp8_quant` followe
 quantized bytes, same tiles and accumulation order; bitwise for ``split_k == 1``). Tunables: the
 scaled GEMM's ``block_sizes[:2]`` (M and N tiles; the K tile is the 128-wide group), ``split_k``,
 ``swap_ab`` and Triton's knobs, so a shipped ``scaled_mm`` block_fp8 config applies
-(:func:`config_from_scaled_mm`). Part of "The decode linear layer as one kernel": not wired into
-hlvllm yet.
+(:func:`config_from_scaled_mm`). Part of "The decode linear layer as one kernel": hlvllm's Block_FP8
+layers use it with ``HL_FUSED_QUANT=1`` (off by default until measured).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import helion.language as hl
 import torch
 from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
+from hlcore import kernel_pool
 from hlcore.aux_configs import config_json
 from hlcore.helion_compat import local_kernel
 from hlcore.quant_kernels import fp8_group_rows
@@ -200,7 +201,12 @@ def block_fp8_linear(
 
         config = pick_scaled_mm_config("block_fp8", m, n, k, device=x.device).config_json
     text = json.dumps(config_from_scaled_mm(config), sort_keys=True)
-    return _kernel_for(text)(x, b.t(), scale_b, bias, out_dtype)
+    args = (x, b.t(), scale_b, bias, out_dtype)
+    jobs = kernel_pool.recorder()
+    if jobs is not None:  # compiled elsewhere first (hlcore.kernel_pool.recording): no launch here
+        kernel_pool.record("block_fp8_linear", _kernel_for(text), text, args, jobs)
+        return torch.empty((m, n), dtype=out_dtype, device=x.device)
+    return _kernel_for(text)(*args)
 
 
 def block_fp8_linear_ref(

@@ -50,7 +50,7 @@ _local = threading.local()
 
 @dataclass(frozen=True)
 class Job:
-    """One Helion kernel call to compile: ``kernel`` (only ``"scaled_mm"``), its config JSON and
+    """One Helion kernel call to compile: ``kernel`` (a name of :data:`KERNELS`), its config JSON and
     :func:`describe` of its positional arguments."""
 
     kernel: str
@@ -158,7 +158,10 @@ def record(kernel_name: str, kernel: Any, config_text: str, args: tuple, jobs: l
 # Workers
 # --------------------------------------------------------------------------------------------
 #: Job kernel name -> "module:function" giving the (cached) Helion kernel of a config text.
-KERNELS = {"scaled_mm": "hlcore.scaled_mm:_kernel_for"}
+KERNELS = {
+    "scaled_mm": "hlcore.scaled_mm:_kernel_for",
+    "block_fp8_linear": "hlcore.fused_linear:_kernel_for",
+}
 
 
 def kernel_of(name: str, config_text: str) -> Any:

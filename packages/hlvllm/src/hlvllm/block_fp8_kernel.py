@@ -36,6 +36,7 @@ from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import (
 from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
 from hlcore.formats import get_format
+from hlvllm.settings import get_settings
 from hlvllm.support import HelionLinearKernelChecks, announce, out_dtype_reason
 
 logger = logging.getLogger("vllm.hlvllm")
@@ -174,6 +175,10 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
 
     # The op body's two paths -------------------------------------------------------------------
     def helion_path(self, x_2d, weight, helion_scale, out_dtype, bias, config=None) -> torch.Tensor:
+        if get_settings().fused_quant:  # one kernel: the 1x128 groups quantized inside the GEMM
+            from hlcore.fused_linear import block_fp8_linear
+
+            return block_fp8_linear(x_2d, weight.t(), helion_scale, out_dtype, bias, config=config)
         q, scale_a = self.quant_fp8(x_2d)  # fp8 [M, K], fp32 [M, ceil(K/128)], both row-major
         return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias, config)
 
@@ -188,6 +193,9 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
         """The Helion GEMM of :meth:`helion_path` at M = ``m`` on operands of ones with the quant's
         layouts (:mod:`hlvllm.precompile`: compiles without running the activation quantization)."""
         k = weight.shape[1]
+        if get_settings().fused_quant:  # the fused kernel reads the bf16/fp16 activations themselves
+            x = torch.ones((m, k), dtype=out_dtype, device=weight.device)
+            return self.helion_path(x, weight, helion_scale, out_dtype, bias)
         q = torch.ones((m, k), dtype=weight.dtype, device=weight.device)
         scale_a = torch.ones((m, -(-k // BLOCK[1])), dtype=torch.float32, device=weight.device)
         return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)

@@ -13,7 +13,7 @@ and every key built from it change with what decides the graph vLLM traces: the 
 the aux kernel set (which ``CustomOp`` classes are built, and the int8 kernel's quantization op),
 ``HL_AUX_FUSION`` (hlvllm's graph pass; it also changes vLLM's pass-manager uuid), ``max_helion_size`` (read inside the op today, included in case that changes), hlvllm's version and
 source digest (kernel selection in ``can_implement`` is not traced), and the hlcore and helion versions.
-Not in it: ``HL_HELION_EAGER``, ``HL_DISPATCH_LOG``, ``HL_DETERMINISTIC``, ``HL_PRECOMPILE_THREADS``, ``HL_PRECOMPILE_PROCESSES`` and the tuned config files (``HL_CONFIG_DIR``),
+Not in it: ``HL_HELION_EAGER``, ``HL_DISPATCH_LOG``, ``HL_DETERMINISTIC``, ``HL_PRECOMPILE_THREADS``, ``HL_PRECOMPILE_PROCESSES``, ``HL_FUSED_QUANT`` and the tuned config files (``HL_CONFIG_DIR``),
 which are read inside the opaque ``torch.ops.hlvllm.*`` ops at run time and never reach the graph.
 With the backend off the entry is absent, so the key equals plain vLLM's (the graph is the same).
 """

@@ -14,6 +14,7 @@
 | ``HL_SPEED_GUARD`` | ``1`` (on) | shapes without an exact tuned key keep Helion only where it times at least 2 % faster than vLLM's kernel at warm-up (:mod:`hlvllm.guard`; results cached next to the kernel cache); ``0``: off |
 | ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); on the H200 it took 4 of 26 s off an 8-layer engine's capture |
 | ``HL_PRECOMPILE_PROCESSES`` | ``0`` (off) | ``N`` > 0: once the model's weights are processed, compile every Helion GEMM kernel the CUDA-graph sizes will run in ``N`` worker processes, into the kernel cache (``hlvllm.precompile``, ``hlcore.kernel_pool``); needs ``HL_KERNEL_CACHE_DIR`` |
+| ``HL_FUSED_QUANT`` | ``0`` (off) | ``1``: Block_FP8 layers quantize their activations inside the Helion GEMM at decode sizes (``hlcore.fused_linear``: one kernel instead of QuantFP8 + GEMM); not yet measured on a GPU |
 
 A value a variable does not take makes :func:`get_settings` raise ``ValueError``; the plugin then stays off
 with one warning (:func:`hlvllm.plugin.register`): a typo never stops a vLLM server.
@@ -49,6 +50,7 @@ class Settings:
     precompile_threads: int = 0
     speed_guard: bool = True
     precompile_processes: int = 0
+    fused_quant: bool = False
 
 
 #: ``HL_LINEAR_BACKEND`` values that leave the plugin off without a word (``helion`` turns it on).
@@ -139,4 +141,5 @@ def get_settings() -> Settings:
         precompile_threads=_int_env("HL_PRECOMPILE_THREADS", 0),
         speed_guard=_bool_env("HL_SPEED_GUARD", default=True),
         precompile_processes=_int_env("HL_PRECOMPILE_PROCESSES", 0),
+        fused_quant=_bool_env("HL_FUSED_QUANT"),
     )
