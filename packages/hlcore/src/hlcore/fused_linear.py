@@ -16,7 +16,10 @@ quantized bytes, same tiles and accumulation order; bitwise for ``split_k == 1``
 scaled GEMM's ``block_sizes[:2]`` (M and N tiles; the K tile is the 128-wide group), ``split_k``,
 ``swap_ab`` and Triton's knobs, so a shipped ``scaled_mm`` block_fp8 config applies
 (:func:`config_from_scaled_mm`). Part of "The decode linear layer as one kernel": hlvllm's Block_FP8
-layers use it with ``HL_FUSED_QUANT=1`` (off by default until measured).
+layers use it with ``HL_FUSED_QUANT=1`` (off by default until measured). The block loop is
+:func:`hlcore.scaled_mm`'s block branch with the group quantization in front: Helion 1.5.0 compiles
+the group math as a device helper (``fp8_group_rows``) but not the scaled ``hl.dot`` step
+(``InductorLoweringError`` on the sliced scales), so that step is written out in both kernels.
 """
 
 from __future__ import annotations
