@@ -33,6 +33,19 @@ def _block_config(*, static=False, weight_group=(128, 128), out_dtype=torch.bflo
     )
 
 
+def _block_layer(n, k, seed):
+    """A Block_FP8 layer as vLLM's fp8 method leaves it: fp8 weight [N, K], fp32 128x128 block scales
+    (``weight_scale_inv``); returns the generator (for the activations), the weight, scales, layer."""
+    gen = torch.Generator().manual_seed(seed)
+    w_q, w_s = per_block_fp8_quant_ref(torch.randn(n, k, generator=gen) * 0.05)
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(w_q.clone(), requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(w_s.clone(), requires_grad=False)
+    layer.input_scale = None
+    layer.weight_block_size = [128, 128]
+    return gen, w_q, w_s, layer
+
+
 def test_register_puts_block_kernel_first(hl_env):
     from vllm.model_executor.kernels import linear as vllm_linear
     from vllm.platforms import PlatformEnum
@@ -94,13 +107,7 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, caplog):
     get_settings.cache_clear()
     caplog.set_level(logging.INFO, logger="vllm.hlvllm")
     n, k = 200, 300  # partial last blocks
-    gen = torch.Generator().manual_seed(m)
-    w_q, w_s = per_block_fp8_quant_ref(torch.randn(n, k, generator=gen) * 0.05)
-    layer = torch.nn.Module()
-    layer.weight = torch.nn.Parameter(w_q.clone(), requires_grad=False)
-    layer.weight_scale_inv = torch.nn.Parameter(w_s.clone(), requires_grad=False)
-    layer.input_scale = None
-    layer.weight_block_size = [128, 128]
+    gen, w_q, w_s, layer = _block_layer(n, k, seed=m)
     kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
     fallback_calls = []
 
@@ -216,13 +223,7 @@ def test_block_layer_with_the_quantization_inside_the_gemm(cuda_like, graphs_on_
     cuda_like.setenv("HL_FUSED_QUANT", "1")
     get_settings.cache_clear()
     n, k, m = 200, 300, 3
-    gen = torch.Generator().manual_seed(11)
-    w_q, w_s = per_block_fp8_quant_ref(torch.randn(n, k, generator=gen) * 0.05)
-    layer = torch.nn.Module()
-    layer.weight = torch.nn.Parameter(w_q.clone(), requires_grad=False)
-    layer.weight_scale_inv = torch.nn.Parameter(w_s.clone(), requires_grad=False)
-    layer.input_scale = None
-    layer.weight_block_size = [128, 128]
+    gen, w_q, w_s, layer = _block_layer(n, k, seed=11)
     kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
     cfg = {"block_sizes": [16, 64, 128], "split_k": 1, "swap_ab": True, "num_warps": 4, "num_stages": 1}
     fused_calls, fallback_calls = [], []
