@@ -52,7 +52,8 @@ class OutDtype(StrEnum):
 # --------------------------------------------------------------------------------------------
 _MODEL = (
     "Embedded model name (see `hltools validate --list-models`; an HF id whose last part names one, "
-    "e.g. Qwen/Qwen3-8B, also matches; nothing is downloaded), or a path to a config.json or its folder"
+    "e.g. Qwen/Qwen3-8B, also matches; nothing is downloaded), or a path to a config.json or its folder "
+    "(one that does not exist, or lacks a field the shapes need, exits 2 naming the path or field)"
 )
 Model = Annotated[str, typer.Option(help=_MODEL + ".")]
 Models = Annotated[str, typer.Option(help=_MODEL + "; several comma-separated.")]
