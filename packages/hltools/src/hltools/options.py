@@ -75,7 +75,10 @@ OutDtypeOption = Annotated[OutDtype, typer.Option(help="Output dtype.")]
 Seed = Annotated[int, typer.Option(help="Seed of the generated inputs.")]
 OutputDir = Annotated[
     Path,
-    typer.Option(help="Directory for the result files (JSON, CSV, markdown, PNG; the command says which)."),
+    typer.Option(
+        help="Directory for the result files (JSON, CSV, markdown, PNG; the command says which); the "
+        "default, bench-results in the current directory, is git-ignored in a checkout."
+    ),
 ]
 Plots = Annotated[bool, typer.Option(help="Draw the PNG(s) (needs matplotlib).")]
 
