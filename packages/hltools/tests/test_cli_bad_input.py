@@ -42,16 +42,19 @@ def _message(result) -> str:
 
 
 @pytest.mark.parametrize("command", MODEL_COMMANDS, ids=lambda c: " ".join(c))
-def test_config_json_missing_a_field_names_the_field_and_the_file(command, tmp_path):
+def test_config_json_missing_a_field_names_the_field_and_the_file(command, tmp_path, monkeypatch):
     config = load_model_config("qwen3-8b")
     del config["intermediate_size"]
     (tmp_path / "config.json").write_text(json.dumps(config))
+    cwd = tmp_path / "cwd"  # where bench's default output (bench-results) would go
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     message = _message(invoke([*command, "--model", str(tmp_path)]))
     assert (
         f"Invalid value for --model: {tmp_path / 'config.json'}: missing field 'intermediate_size'" in message
     )
     assert "--tp" not in message
-    assert not (tmp_path / "bench-results").exists()
+    assert list(cwd.iterdir()) == []  # nothing written
 
 
 @pytest.mark.parametrize("command", MODEL_COMMANDS, ids=lambda c: " ".join(c))
