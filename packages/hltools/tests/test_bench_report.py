@@ -122,5 +122,12 @@ def test_report_in_place_with_another_output_exits_2(results, tmp_path):
 
 
 def test_report_of_a_folder_that_does_not_exist_exits_2(tmp_path):
-    message = _message(invoke(str(tmp_path / "nope")))
-    assert "does not exist" in message and str(tmp_path / "nope") in message
+    assert (
+        _message(invoke(str(tmp_path / "nope")))
+        == f"Invalid value for DIR: {tmp_path / 'nope'} does not exist"
+    )
+    (tmp_path / "file").write_text("")
+    assert (
+        _message(invoke(str(tmp_path / "file")))
+        == f"Invalid value for DIR: {tmp_path / 'file'} is not a folder"
+    )

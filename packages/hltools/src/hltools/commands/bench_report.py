@@ -16,12 +16,7 @@ from hltools import options as opt
 #: The default output folder, inside the results folder (git-ignored under lab/results/ and bench-results/).
 REPORT_DIR = "report"
 
-Directory = Annotated[
-    Path,
-    typer.Argument(
-        help="An output directory of `bench kernels` / `bench e2e`.", exists=True, file_okay=False
-    ),
-]
+Directory = Annotated[Path, typer.Argument(help="An output directory of `bench kernels` / `bench e2e`.")]
 Output = Annotated[
     Path | None,
     typer.Option(
@@ -48,12 +43,15 @@ def report(
     results measured where matplotlib is not installed) into --output, default DIR/report. Reads
     ``kernels.json`` and ``e2e-*.json``, or their gzipped ``.json.gz`` (as committed under
     lab/results/). Writes nothing into DIR itself, into another results folder or over a committed
-    file unless --in-place (exit 2). Exits 1 when the directory holds no results or a result file
-    cannot be read."""
+    file unless --in-place (exit 2; so does a DIR that does not exist). Exits 1 when the directory
+    holds no results or a result file cannot be read."""
     from hltools import kernel_results
     from hltools.commands import bench_e2e, bench_kernels
     from hltools.results import write_text
 
+    if not directory.is_dir():
+        what = "is not a folder" if directory.exists() else "does not exist"
+        raise typer.BadParameter(f"{directory} {what}", param_hint="DIR")
     out = opt.console()
     kernels = _read_kernels(out, directory)
     e2e_results = _read_e2e(out, directory)
