@@ -46,6 +46,19 @@ def test_gpu_name_candidates_exact_variant_then_family():
         cs.canonical_gpu_name("  ")
 
 
+def test_known_gpu_names_are_the_sm90_parts_and_the_config_files(tmp_path):
+    names = cs.known_gpu_names()
+    for name in ("nvidia_h200", "nvidia_h100", "nvidia_h100_sxm", "nvidia_h100_pcie", "nvidia_gh200"):
+        assert name in names
+    assert names == sorted(names) and "nvidia_a100_sxm" not in names
+    (tmp_path / "scaled_mm").mkdir()
+    for stem in ("nvidia_a100_sxm", "nvidia_a100_sxm.stats"):
+        (tmp_path / "scaled_mm" / f"{stem}.json").write_text("[]")
+    assert "nvidia_a100_sxm" in cs.known_gpu_names([tmp_path])
+    assert "nvidia_a100_sxm" not in cs.known_gpu_names([tmp_path], kernel="other_kernel")
+    assert not any("stats" in n for n in cs.known_gpu_names([tmp_path]))
+
+
 def test_round_trip_and_file_layout(tmp_path):
     path = tmp_path / "scaled_mm" / "nvidia_h200.json"
     default = ConfigEntry({}, CFG)

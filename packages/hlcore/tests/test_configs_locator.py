@@ -67,9 +67,18 @@ def test_default_finds_the_shipped_configs(monkeypatch):
     else:
         assert found == REPO_CONFIGS
     assert (found / "README.md").is_file()
+    assert configs.shipped_config_dir() == found
     for path in configs.list_config_files():
         assert path.parent.parent == found
         json.loads(path.read_text())  # every shipped config parses
+
+
+def test_shipped_config_dir_ignores_the_env_var(monkeypatch, tmp_path):
+    monkeypatch.delenv(configs.ENV_VAR, raising=False)
+    shipped = configs.config_dir()
+    monkeypatch.setenv(configs.ENV_VAR, str(tmp_path))
+    assert configs.config_dir() == tmp_path
+    assert configs.shipped_config_dir() == shipped != tmp_path
 
 
 def test_nothing_found_is_empty(monkeypatch, tmp_path):

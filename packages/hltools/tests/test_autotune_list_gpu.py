@@ -1,5 +1,6 @@
 """``hltools autotune --list --gpu NAME`` on a CPU: the keys marked done come from NAME's config file
-(by default the shipped one), not from this machine's (absent) GPU."""
+(by default the shipped one), not from this machine's (absent) GPU; a NAME that is neither a SM90 GPU
+nor a config file's exits 2 naming the known ones."""
 
 import json
 
@@ -111,3 +112,33 @@ def test_list_marks_a_fallback_key_in_any_file(no_gpu, tmp_path):
     assert sum(s == "to tune" for s in status.values()) == 26
     summary = " ".join(result.output.split())
     assert "28 keys, 2 done (1 of them fallback: vLLM's kernel runs there) in" in summary
+
+
+@pytest.mark.parametrize("listing", [["--list"], []])
+def test_unknown_gpu_exits_2_naming_the_known_ones(no_gpu, tmp_path, listing):
+    result = runner.invoke(
+        app, ["autotune", "--model", "qwen3-8b", *listing, "--gpu", "bogus_gpu", "--output", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "Invalid value for --gpu: unknown GPU 'bogus_gpu'; known: " in message
+    for name in ("nvidia_h100_pcie", "nvidia_h100_sxm", "nvidia_h200"):
+        assert name in message
+    assert "keys" not in message  # nothing listed
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_config_file_makes_its_gpu_known(no_gpu, tmp_path):
+    """Not a SM90 GPU, but --output (or HL_CONFIG_DIR) holds its file: listed against that file."""
+    args = ["autotune", "--model", "qwen3-8b", "--list", "--gpu", "NVIDIA A100-SXM4-80GB"]
+    unknown = runner.invoke(app, [*args, "--output", str(tmp_path)])
+    assert unknown.exit_code == 2 and "unknown GPU 'NVIDIA A100-SXM4-80GB'" in " ".join(
+        unknown.output.split()
+    )
+    path = cs.config_file_path(cs.SCALED_MM_KERNEL, "nvidia_a100_sxm", tmp_path)
+    path.parent.mkdir(parents=True)
+    config = {"block_sizes": [16, 64, 128], "num_warps": 4, "num_stages": 2, "split_k": 1, "swap_ab": True}
+    cs.write_json_atomic(path, [{"key": cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1), "config": config}])
+    result = runner.invoke(app, [*args, "--output", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "28 keys, 1 done in" in " ".join(result.output.split())

@@ -230,9 +230,12 @@ def test_report_redraws_tables_and_plots(tmp_path):
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
     assert "geomean speedup of Helion vs vLLM's default kernel: fp8_dynamic 1.039x" in out
-    assert (tmp_path / "kernels-fp8_dynamic.png").is_file() and (
-        tmp_path / kernel_results.SUMMARY_MD
-    ).is_file()
+    report = tmp_path / "report"  # the default --output; nothing written beside the results
+    assert (report / "kernels-fp8_dynamic.png").is_file() and (report / kernel_results.SUMMARY_MD).is_file()
+    assert (
+        not (tmp_path / kernel_results.SUMMARY_MD).exists()
+        and not (tmp_path / "kernels-fp8_dynamic.png").exists()
+    )
 
 
 def test_report_without_results_exits_1(tmp_path):
@@ -266,13 +269,15 @@ def test_report_reads_e2e_results(tmp_path):
     result = runner.invoke(app, ["bench", "report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "1.250" in result.output
-    assert (tmp_path / "e2e-qwen3-8b-fp8_dynamic.png").is_file() and (
+    report = tmp_path / "report"
+    assert (report / "e2e-qwen3-8b-fp8_dynamic.png").is_file()
+    assert (report / "e2e-qwen3-8b-fp8_dynamic.md").read_text() == (
         tmp_path / "e2e-qwen3-8b-fp8_dynamic.md"
-    ).is_file()
+    ).read_text()
 
 
 def test_report_reads_gzipped_results_as_committed(tmp_path):
-    """lab/results/ keeps results as .json.gz: report reads them and writes the .md/.png beside."""
+    """lab/results/ keeps results as .json.gz: report reads them and writes the .md/.png into report/."""
     import gzip
 
     from hltools import e2e
@@ -297,10 +302,11 @@ def test_report_reads_gzipped_results_as_committed(tmp_path):
     out = _flat(result.output)
     assert "0.800" in out and "fp8_dynamic 1.500x" in out
     # a dot in the model name (1.7b) must not be taken for a suffix
-    assert (tmp_path / "e2e-m-1.7b-fp8_dynamic.md").is_file() and (
-        tmp_path / "e2e-m-1.7b-fp8_dynamic.png"
+    report = tmp_path / "report"
+    assert (report / "e2e-m-1.7b-fp8_dynamic.md").is_file() and (
+        report / "e2e-m-1.7b-fp8_dynamic.png"
     ).is_file()
-    assert (tmp_path / kernel_results.SUMMARY_MD).is_file()
+    assert (report / kernel_results.SUMMARY_MD).is_file()
 
 
 def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
@@ -320,14 +326,14 @@ def test_report_shows_gemm_columns_only_with_gemm_runs(tmp_path):
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
     assert "speedup GEMM only" in out and "1.250" in out and "1.400" in out and "140" in out
-    md = (tmp_path / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+    md = (tmp_path / "report" / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
     assert "| 1 | 100 | 125 | 1.250 | 10.00 | 8.00 | 30.0 | 30.0 | 140 | 1.400 | 7.14 | 30.0 |" in md
 
     plain = tmp_path / "plain"
     e2e.write_e2e(plain, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on")))
     result = runner.invoke(app, ["bench", "report", str(plain), "--no-plots"])
     assert result.exit_code == 0 and "1.250" in result.output and "GEMM" not in result.output
-    assert "GEMM only" not in (plain / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+    assert "GEMM only" not in (plain / "report" / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
     table = e2e.throughput_table(e2e.summarize(runs(("off", "on", "gemm"))), "t").rich()
     assert [c.header for c in table.columns][-3:] == [
         "tok/s GEMM only",
@@ -355,7 +361,7 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
     assert result.exit_code == 0, result.output
     out = _flat(result.output)  # 15 columns: the headers wrap (they are checked on e2e_table below)
     assert "1.400" in out and "1.100" in out and "1.600" in out and "160" in out
-    md = (tmp_path / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+    md = (tmp_path / "report" / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
     assert (
         "| 1 | 100 | 125 | 1.250 | 10.00 | 8.00 | 30.0 | 30.0 | 140 | 1.400 | 7.14 | 30.0 "
         "| 110 | 1.100 | 9.09 | 30.0 | 160 | 1.600 | 6.25 | 30.0 |"
@@ -399,8 +405,13 @@ def test_report_shows_fused_columns_only_with_fused_runs(tmp_path):
     plain = tmp_path / "plain"
     e2e.write_e2e(plain, "e2e-qwen3-8b-fp8_dynamic", meta, runs(("off", "on", "gemm")))
     result = runner.invoke(app, ["bench", "report", str(plain), "--no-plots"])
-    assert result.exit_code == 0 and "GEMM only" in _flat(result.output) and "fused" not in result.output
-    assert "fused aux" not in (plain / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
+    out = _flat(
+        result.output
+    )  # the legend says what each runs ("... fused by Inductor"): no fused aux column
+    assert (
+        result.exit_code == 0 and "GEMM only" in out and "fused aux" not in out and "HL_AUX_FUSION" not in out
+    )
+    assert "fused aux" not in (plain / "report" / "e2e-qwen3-8b-fp8_dynamic.md").read_text()
 
 
 def test_merge_e2e_joins_runs_of_separate_commands(tmp_path):

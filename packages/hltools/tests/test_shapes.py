@@ -163,8 +163,44 @@ def test_invalid_json_file(tmp_path):
         load_model_config(path)
 
 
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"intermediate_size": None}, "missing field 'intermediate_size' (a positive integer)"),
+        ({"hidden_size": "4096"}, "field 'hidden_size' must be a positive integer; got '4096'"),
+        (
+            {"head_dim": None, "hidden_size": 250},
+            "no head_dim, and hidden_size 250 is not divisible by 4 heads",
+        ),
+    ],
+)
+def test_config_json_without_a_shape_field_names_the_file_and_the_field(tmp_path, change, match):
+    config = {k: v for k, v in {**TINY, **change}.items() if v is not None}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError) as info:
+        load_model_config(tmp_path)
+    assert str(info.value) == f"{tmp_path / 'config.json'}: {match}"
+
+
+@pytest.mark.parametrize("name", ["/no/such/dir", "./no-such/config.json", "~/no-such-folder", "x.json"])
+def test_a_path_that_does_not_exist_says_so(name):
+    with pytest.raises(ValueError) as info:
+        load_model_config(name)
+    assert str(info.value) == f"path {name!r} does not exist"
+
+
+def test_a_path_in_an_existing_folder_says_so(tmp_path):
+    with pytest.raises(ValueError, match="^path .* does not exist$"):
+        load_model_config(str(tmp_path / "qwen3-8b"))
+
+
 def test_unknown_model_lists_embedded_names():
     with pytest.raises(ValueError, match="unknown model 'mistral-7b'") as info:
         load_model_config("mistral-7b")
     for name in EXPECTED:
         assert name in str(info.value)
+
+
+def test_unknown_hf_id_is_no_path_and_no_embedded_model():
+    with pytest.raises(ValueError, match="unknown model 'Qwen/Qwen3-99B': no such path, and not an embedded"):
+        load_model_config("Qwen/Qwen3-99B")

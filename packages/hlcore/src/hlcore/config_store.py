@@ -40,7 +40,9 @@ directory and moved into place with ``os.replace`` (readers never see a partial 
 
 GPU names are canonical (:func:`canonical_gpu_name`): ``"NVIDIA H200"`` -> ``nvidia_h200``,
 ``"NVIDIA H100 80GB HBM3"`` -> ``nvidia_h100_sxm``, ``"NVIDIA H100 PCIe"`` -> ``nvidia_h100_pcie``;
-lookups try the exact variant first, then the family (:func:`gpu_name_candidates`).
+lookups try the exact variant first, then the family (:func:`gpu_name_candidates`). The names a tool
+accepts (:func:`known_gpu_names`): those of the SM90 GPUs (:data:`SM90_DEVICE_NAMES`) and of the config
+files that exist.
 """
 
 from __future__ import annotations
@@ -109,6 +111,32 @@ def gpu_name_candidates(gpu: str) -> list[str]:
     if len(parts) > 1 and parts[-1] in _VARIANTS:
         out.append("_".join(parts[:-1]))
     return out
+
+
+#: CUDA device names (as ``torch.cuda.get_device_name`` reports them) of the SM90 GPUs, the only ones
+#: hlvllm's kernels run on (``hlvllm.support``); :func:`known_gpu_names` gives their canonical names.
+SM90_DEVICE_NAMES = (
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H100 PCIe",
+    "NVIDIA H100 NVL",
+    "NVIDIA H200",
+    "NVIDIA H200 NVL",
+    "NVIDIA GH200 480GB",
+    "NVIDIA H800",
+    "NVIDIA H20",
+)
+
+
+def known_gpu_names(roots: Iterable[str | os.PathLike] = (), kernel: str | None = None) -> list[str]:
+    """The GPU names a config file may be named after, sorted: the canonical names (and families,
+    :func:`gpu_name_candidates`) of :data:`SM90_DEVICE_NAMES`, and the names of the config files
+    ``<root>/<kernel>/<gpu>.json`` under each of ``roots`` (every kernel's when ``kernel`` is None;
+    stats sidecars, ``<gpu>.stats.json``, left out)."""
+    names = {n for raw in SM90_DEVICE_NAMES for n in gpu_name_candidates(raw)}
+    for root in roots:
+        pattern = f"{kernel}/*.json" if kernel else "*/*.json"
+        names |= {p.stem for p in Path(root).glob(pattern) if p.is_file() and "." not in p.stem}
+    return sorted(names)
 
 
 @functools.cache

@@ -40,8 +40,12 @@ def config_dir() -> Path:
     Returns the packaged ``hlcore/configs`` path when nothing is found (then it does not exist and
     :func:`list_config_files` returns ``[]``: every shape uses the default config)."""
     raw = os.environ.get(ENV_VAR, "").strip()
-    if raw:
-        return Path(raw).expanduser()
+    return Path(raw).expanduser() if raw else shipped_config_dir()
+
+
+def shipped_config_dir() -> Path:
+    """The configs that ship with hlcore, whatever ``HL_CONFIG_DIR`` says: steps 2 and 3 of the
+    lookup order (the packaged path, absent, when neither exists)."""
     if PACKAGED_CONFIG_DIR.is_dir():
         return PACKAGED_CONFIG_DIR
     return _checkout_config_dir() or PACKAGED_CONFIG_DIR

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -51,7 +52,8 @@ class OutDtype(StrEnum):
 # --------------------------------------------------------------------------------------------
 _MODEL = (
     "Embedded model name (see `hltools validate --list-models`; an HF id whose last part names one, "
-    "e.g. Qwen/Qwen3-8B, also matches; nothing is downloaded), or a path to a config.json or its folder"
+    "e.g. Qwen/Qwen3-8B, also matches; nothing is downloaded), or a path to a config.json or its folder "
+    "(one that does not exist, or lacks a field the shapes need, exits 2 naming the path or field)"
 )
 Model = Annotated[str, typer.Option(help=_MODEL + ".")]
 Models = Annotated[str, typer.Option(help=_MODEL + "; several comma-separated.")]
@@ -73,7 +75,10 @@ OutDtypeOption = Annotated[OutDtype, typer.Option(help="Output dtype.")]
 Seed = Annotated[int, typer.Option(help="Seed of the generated inputs.")]
 OutputDir = Annotated[
     Path,
-    typer.Option(help="Directory for the result files (JSON, CSV, markdown, PNG; the command says which)."),
+    typer.Option(
+        help="Directory for the result files (JSON, CSV, markdown, PNG; the command says which); the "
+        "default, bench-results in the current directory, is git-ignored in a checkout."
+    ),
 ]
 Plots = Annotated[bool, typer.Option(help="Draw the PNG(s) (needs matplotlib).")]
 
@@ -119,6 +124,38 @@ def parse_format(text: str, option: str = "--format") -> str:
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
     return name
+
+
+def parse_gpu(text: str, config_roots: Iterable[Path] = (), option: str = "--gpu") -> str:
+    """A GPU's canonical name (``"NVIDIA H200"`` -> ``nvidia_h200``), checked against the known ones
+    (:func:`hlcore.config_store.known_gpu_names`: the SM90 GPUs and the scaled_mm config files of the
+    shipped configs, ``$HL_CONFIG_DIR`` and ``config_roots``) and this machine's GPU."""
+    from hlcore.config_store import SCALED_MM_KERNEL, canonical_gpu_name, known_gpu_names
+    from hlcore.configs import config_dir, shipped_config_dir
+
+    roots = [shipped_config_dir(), config_dir(), *config_roots]
+    known = known_gpu_names(roots, SCALED_MM_KERNEL)
+    here = _this_gpu()
+    known += [here] if here and here not in known else []
+    try:
+        name = canonical_gpu_name(text)
+    except ValueError:
+        name = ""
+    if name not in known:
+        raise typer.BadParameter(
+            f"unknown GPU {text!r}; known: {', '.join(known)} (SM90 GPUs and existing config files)",
+            param_hint=option,
+        )
+    return name
+
+
+def _this_gpu() -> str | None:
+    """This machine's canonical GPU name (None without a CUDA GPU)."""
+    if not cuda_available():
+        return None
+    from hlcore.config_store import current_gpu_name
+
+    return current_gpu_name()
 
 
 def load_model(name: str, option: str = "--model") -> dict[str, Any]:

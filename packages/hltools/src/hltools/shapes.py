@@ -81,12 +81,15 @@ def load_model_config(name_or_path: str | Path) -> dict[str, Any]:
 
     ``name_or_path`` is, in this order: a path to a ``config.json`` file, a path to a directory
     holding one, or the name of an embedded config (case-insensitive; a Hugging Face id such as
-    ``Qwen/Qwen3-8B`` matches by its last component).
+    ``Qwen/Qwen3-8B`` matches by its last component; a name that can only be a path, such as
+    ``/models/Qwen3-8B``, never does).
 
     Raises:
         FileNotFoundError: a directory without ``config.json``.
-        ValueError: the file is not a JSON object, or the name is neither an existing path nor an
-            embedded model (the message lists the embedded names).
+        ValueError: the file is not a JSON object or lacks a field the linear shapes need
+            (:func:`check_model_config`: the message names the file and the field), or the name is
+            neither an existing path nor an embedded model (the message says that a path-like name
+            does not exist, and lists the embedded names).
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
@@ -94,16 +97,41 @@ def load_model_config(name_or_path: str | Path) -> dict[str, Any]:
             raise FileNotFoundError(f"no config.json in directory {path}")
         path = path / "config.json"
     if path.is_file():
-        return _parse(path.read_text(), str(path))
+        return check_model_config(_parse(path.read_text(), str(path)), str(path))
     embedded = _embedded()
     key = str(name_or_path).strip().lower()
-    for candidate in (key, key.rsplit("/", 1)[-1]):
+    for candidate in () if _path_like(key) else (key, key.rsplit("/", 1)[-1]):
         if candidate in embedded:
-            return _parse(embedded[candidate].read_text(), f"embedded model {candidate}")
-    raise ValueError(
-        f"unknown model {str(name_or_path)!r}: not a config.json path or a directory holding one, "
-        f"and not an embedded model; embedded models: {', '.join(list_models())}"
-    )
+            source = f"embedded model {candidate}"
+            return check_model_config(_parse(embedded[candidate].read_text(), source), source)
+    raise ValueError(_not_found(str(name_or_path)))
+
+
+def _path_like(name: str) -> bool:
+    """A name that can only be a path (``/``, ``.`` or ``~`` first, or ``.json`` last): one that does
+    not exist is an error, never an embedded model of the same last part."""
+    return name.startswith(("/", ".", "~")) or name.endswith(".json")
+
+
+def _not_found(name: str) -> str:
+    """Why ``name`` is no model: a path-like one (:func:`_path_like`, or in a folder that exists) does
+    not exist; another (a name, ``Org/Name``) is no embedded model either."""
+    parent = Path(name).expanduser().parent
+    if _path_like(name) or (parent.name and parent.is_dir()):
+        return f"path {name!r} does not exist"
+    names = ", ".join(list_models())
+    return f"unknown model {name!r}: no such path, and not an embedded model; embedded models: {names}"
+
+
+def check_model_config(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """``config`` when one decoder layer's linear shapes follow from it (:func:`linear_shapes` at TP 1);
+    else ``ValueError("<source>: <what is missing or wrong>")``, e.g. ``"/m/config.json: missing
+    field 'intermediate_size' (a positive integer)"``."""
+    try:
+        linear_shapes(config)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    return config
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:
@@ -117,9 +145,11 @@ def _parse(text: str, source: str) -> dict[str, Any]:
 
 
 def _positive_int(config: dict[str, Any], key: str) -> int:
-    value = config.get(key)
+    if key not in config:
+        raise ValueError(f"missing field {key!r} (a positive integer)")
+    value = config[key]
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"config: {key!r} must be a positive integer; got {value!r}")
+        raise ValueError(f"field {key!r} must be a positive integer; got {value!r}")
     return value
 
 
@@ -152,7 +182,7 @@ def linear_shapes(config: dict[str, Any], tp: int = 1) -> list[LinearShape]:
     elif hidden % q == 0:
         head_dim = hidden // q
     else:
-        raise ValueError(f"config: no head_dim and hidden_size {hidden} is not divisible by {q} heads")
+        raise ValueError(f"no head_dim, and hidden_size {hidden} is not divisible by {q} heads")
     q_rank = _shard(q, tp, "num_attention_heads")
     if tp <= kv:
         kv_rank = _shard(kv, tp, "num_key_value_heads")

@@ -58,7 +58,8 @@ Gpu = Annotated[
     typer.Option(
         help="With --list only: mark the keys done in this GPU's file (e.g. nvidia_h200) instead of "
         "this machine's GPU's; the file is `<output>/scaled_mm/<gpu>.json`, where without --output "
-        "the directory is the one the plugin reads ($HL_CONFIG_DIR, else the shipped configs)."
+        "the directory is the one the plugin reads ($HL_CONFIG_DIR, else the shipped configs). A SM90 "
+        "GPU's name (raw, e.g. 'NVIDIA H200', or canonical) or a config file's name; others exit 2."
     ),
 ]
 
@@ -96,8 +97,12 @@ def autotune(
         keys = at.build_keys(config, fmts, tps, tokens)
     except ValueError as exc:
         raise opt.bad_parameter(exc, "--formats/--tp") from None
-    if gpu is not None and not list_:
-        raise typer.BadParameter("only with --list (tuning runs on this machine's GPU)", param_hint="--gpu")
+    if gpu is not None:
+        gpu = opt.parse_gpu(gpu, [output] if output is not None else [])
+        if not list_:
+            raise typer.BadParameter(
+                "only with --list (tuning runs on this machine's GPU)", param_hint="--gpu"
+            )
     if list_:
         _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
         return

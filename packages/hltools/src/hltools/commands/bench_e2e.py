@@ -138,13 +138,9 @@ def e2e(
         metadata={"command": opt.command_line(), "commit": _commit()}, on_run=lambda s, ev: _on_run(out, s, ev),
     )  # fmt: skip
     summary, meta = report.files["summary"], report.files["metadata"]
-    title = f"{model} {fmt}, {meta['layers']} layers, TP {tensor_parallel_size}: output tokens/s"
-    out.print(e.throughput_table(summary, title).rich())
-    if (ttft := e.ttft_table(summary)) is not None:
-        out.print(ttft.rich())
-    out.print(f"start-up (s): {summary['startup']}")
-    if summary.get("helion_ranks"):
-        out.print(e.helion_line(summary["helion_ranks"]), highlight=False)
+    print_summary(
+        out, summary, f"{model} {fmt}, {meta['layers']} layers, TP {tensor_parallel_size}: output tokens/s"
+    )
     out.print(f"wrote {report.files['json']}, {report.files['csv']}, {report.files['md']}")
     draw_plot(out, summary, output / f"{report.files['stem']}.png", meta)
     if report.failed:
@@ -194,14 +190,25 @@ def _on_run(out: Console, spec, event: str) -> None:
         out.print(f"{what}: [{'green' if event == 'done' else 'bold red'}]{event}", highlight=False)
 
 
-def show(out: Console, directory: Path, stem: str, meta: dict[str, Any], summary: dict, plots: bool) -> None:
-    """A saved e2e result again: its table (and Helion line), ``<stem>.md`` (and ``<stem>.png``)."""
+def print_summary(out: Console, summary: dict, title: str) -> None:
+    """What ``<stem>.md`` shows below its heading (:func:`hltools.e2e.summary_parts`): the tables with
+    TTFT, spread, TTFT alone, start-up, greedy agreement and Helion per rank (markdown bold dropped)."""
     from hltools import e2e as e
 
-    out.print(e.throughput_table(summary, f"{stem}: output tokens/s").rich())
-    if summary.get("helion_ranks"):
-        out.print(e.helion_line(summary["helion_ranks"]), highlight=False)
-    e.write_markdown(directory, stem, meta, summary)
+    for part in e.summary_parts(summary, title):
+        if isinstance(part, str):
+            out.print(part.replace("**", ""), markup=False, highlight=False)
+        else:
+            out.print(part.rich())
+
+
+def show(out: Console, directory: Path, stem: str, meta: dict[str, Any], summary: dict, plots: bool) -> None:
+    """A saved e2e result again: its summary (:func:`print_summary`), ``directory/<stem>.md`` (and
+    ``<stem>.png``)."""
+    from hltools import e2e as e
+
+    print_summary(out, summary, f"{stem}: output tokens/s")
+    out.print(f"wrote {e.write_markdown(directory, stem, meta, summary)}")
     if plots:
         draw_plot(out, summary, directory / f"{stem}.png", meta)
 

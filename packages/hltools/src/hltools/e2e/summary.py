@@ -313,50 +313,68 @@ def startup_table(summary: Mapping[str, Any]) -> ResultTable:
         for x in extras:
             cells += [cell(s.get(x.name, {}).get(kind), ".1f"), cell(s.get(f"delta_{x.name}_{kind}"), "+.1f")]
         rows.append(cells)
-    return ResultTable("start-up", cols, rows)
+    return ResultTable("", cols, rows, left=("start-up",))  # its first column says "start-up"
 
 
-def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
-    """The e2e summary as markdown (provenance, one row per concurrency, the repeats' spread,
-    start-up times, greedy agreement, Helion per rank). With runs of an extra setting
-    (:func:`extra_settings`: ``gemm``, ``aux``, ``fused``), columns for it (headed by its label,
-    "GEMM only", "GEMM+aux", "fused aux") follow the ``off``/``on`` ones, and a legend says what
-    each runs."""
-    tp = metadata.get("tensor_parallel_size") or summary.get("tensor_parallel_size", 1)
-    lines = [
-        f"# vLLM end to end: {metadata.get('model')} {metadata.get('format')}, {metadata.get('layers')} "
-        f"layers, TP {tp}",
-        "",
-        provenance_text(metadata),
-        "",
-    ]
+def summary_parts(summary: Mapping[str, Any], title: str = "") -> list[ResultTable | str]:
+    """What an e2e result shows, in order, the same in its markdown (:func:`summary_markdown`) and on
+    the terminal (``bench e2e``, ``bench report``): a legend when an extra setting ran, the throughput
+    table (``title``; with TTFT), the repeats' spread, TTFT alone per prompt length, start-up, greedy
+    agreement with the no-plugin run and of warm restarts, Helion per rank. With runs of an extra
+    setting (:func:`extra_settings`: ``gemm``, ``aux``, ``fused``), columns for it (headed by its
+    label, "GEMM only", "GEMM+aux", "fused aux") follow the ``off``/``on`` ones."""
     extras = extra_settings(summary)
+    parts: list[ResultTable | str] = []
     if extras:
         legend = [
             "vLLM: no plugin",
             "hlvllm: the plugin's defaults (Helion GEMMs; vLLM's norm/activation/quant layers)",
             *(f"{x.label}: {x.about}" for x in extras),
         ]
-        lines += [" · ".join(legend) + ". Speedups are tokens/s over vLLM's.", ""]
-    lines += throughput_table(summary, ttft=True).markdown()
-    spread = spread_text(summary["rows"], extras)
-    if spread:
-        lines += ["", spread]
-    ttft = ttft_table(summary)
-    if ttft is not None:
-        lines += ["", f"{ttft.title}:", "", *ttft.markdown()]
-    lines += ["", *startup_table(summary).markdown()]
+        parts.append(" · ".join(legend) + ". Speedups are tokens/s over vLLM's.")
+    parts.append(throughput_table(summary, title, ttft=True))
+    if spread := spread_text(summary["rows"], extras):
+        parts.append(spread)
+    if (ttft := ttft_table(summary)) is not None:
+        parts.append(ttft)
+    parts.append(startup_table(summary))
+    parts += agreement_lines(summary)
+    if summary.get("helion_ranks"):
+        parts.append(helion_line(summary["helion_ranks"]))
+    return parts
+
+
+def agreement_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The greedy agreement of the plugin's runs with the no-plugin run, and of each warm restart
+    with its setting's cold run (each line only when there is something to compare)."""
+    lines = []
     if summary.get("greedy_agreement"):
         agree = ", ".join(f"{k}: {v}" for k, v in summary["greedy_agreement"].items())
-        lines += [
-            "",
-            f"Greedy agreement with the no-plugin run ({AGREEMENT_PROMPTS} prompts x {AGREEMENT_TOKENS} tokens): {agree}.",
-        ]
+        lines.append(
+            f"Greedy agreement with the no-plugin run ({AGREEMENT_PROMPTS} prompts x {AGREEMENT_TOKENS} "
+            f"tokens): {agree}."
+        )
     if summary.get("restart_agreement"):
         agree = ", ".join(f"{k}: {v}" for k, v in summary["restart_agreement"].items())
-        lines += ["", f"Greedy agreement of each warm restart with its setting's cold run: {agree}."]
-    if summary.get("helion_ranks"):
-        lines += ["", helion_line(summary["helion_ranks"])]
+        lines.append(f"Greedy agreement of each warm restart with its setting's cold run: {agree}.")
+    return lines
+
+
+def summary_markdown(metadata: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    """The e2e summary as markdown: a heading, the provenance, then :func:`summary_parts` (a table
+    with a title gets that title as a line of its own)."""
+    tp = metadata.get("tensor_parallel_size") or summary.get("tensor_parallel_size", 1)
+    lines = [
+        f"# vLLM end to end: {metadata.get('model')} {metadata.get('format')}, {metadata.get('layers')} "
+        f"layers, TP {tp}",
+        "",
+        provenance_text(metadata),
+    ]
+    for part in summary_parts(summary):
+        if isinstance(part, str):
+            lines += ["", part]
+        else:
+            lines += ["", *([f"{part.title}:", ""] if part.title else []), *part.markdown()]
     return "\n".join(lines) + "\n"
 
 

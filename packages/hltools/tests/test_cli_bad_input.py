@@ -1,0 +1,94 @@
+"""Each bad input of the ``hltools`` commands: exit code 2 and one message naming the option and what
+is wrong (issue 24, "commands that agree"), the same in every command that takes the option."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from hltools.cli import app
+from hltools.shapes import load_model_config
+
+runner = CliRunner()
+
+#: Every command that takes --model, in a form that needs no GPU.
+MODEL_COMMANDS = [
+    ["validate"],
+    ["autotune", "--list"],
+    ["bench", "kernels", "--list"],
+    ["bench", "e2e", "--dry-run"],
+]
+
+
+@pytest.fixture(autouse=True)
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("HL_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("HL_MAX_HELION_SIZE", raising=False)
+
+
+def invoke(args: list[str]):
+    """``hltools ARGS`` in-process, on a terminal wide enough that typer does not wrap its message."""
+    return runner.invoke(app, args, env={"COLUMNS": "1000"})
+
+
+def _message(result) -> str:
+    """The one line of a bad input's message (exit code 2): typer's error box holds exactly one."""
+    assert result.exit_code == 2, result.output
+    lines = [line.strip("│ ") for line in result.output.splitlines() if line.startswith("│")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", MODEL_COMMANDS, ids=lambda c: " ".join(c))
+def test_config_json_missing_a_field_names_the_field_and_the_file(command, tmp_path, monkeypatch):
+    config = load_model_config("qwen3-8b")
+    del config["intermediate_size"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cwd = tmp_path / "cwd"  # where bench's default output (bench-results) would go
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    message = _message(invoke([*command, "--model", str(tmp_path)]))
+    assert (
+        f"Invalid value for --model: {tmp_path / 'config.json'}: missing field 'intermediate_size'" in message
+    )
+    assert "--tp" not in message
+    assert list(cwd.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("command", MODEL_COMMANDS, ids=lambda c: " ".join(c))
+def test_a_model_path_that_does_not_exist_says_so(command, tmp_path):
+    missing = tmp_path / "no-such-model"
+    message = _message(invoke([*command, "--model", str(missing)]))
+    assert f"Invalid value for --model: path '{missing}' does not exist" in message
+    assert "unknown model" not in message
+
+
+@pytest.mark.parametrize("listing", [["--list"], []], ids=["list", "tune"])
+def test_an_unknown_gpu_names_the_known_ones(listing):
+    message = _message(invoke(["autotune", "--model", "qwen3-8b", *listing, "--gpu", "bogus_gpu"]))
+    assert message.startswith("Invalid value for --gpu: unknown GPU 'bogus_gpu'; known: nvidia_")
+    assert "nvidia_h200" in message and "nvidia_h100_sxm" in message
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["validate", "--layer", "bogus"],
+        ["autotune", "--model", "qwen3-8b", "--list"],
+        ["bench", "kernels", "--list"],
+    ],
+    ids=["validate", "autotune", "bench kernels"],
+)
+def test_formats_all_everywhere_and_a_bad_format_named(command):
+    """``all`` passes the --formats check of each command (validate then stops at its bad --layer,
+    before running anything); a bad name is named, with the choices."""
+    result = invoke([*command, "--formats", "all"])
+    if command[0] == "validate":
+        assert _message(result).startswith("Invalid value for --layer: unknown layer(s) ['bogus']")
+    else:
+        assert result.exit_code == 0, result.output
+    message = _message(invoke([*command, "--formats", "fp8_dynamic,int4"]))
+    assert message.startswith("Invalid value for --formats: unknown format(s) ['int4']; choose from")
+    assert message.endswith("or all")
