@@ -20,6 +20,26 @@ if os.environ.get("HL_TEST_GPU") != "1":
 import pytest  # noqa: E402
 
 
+def _drop_discarded_overflow_checks() -> None:
+    """Triton's interpreter (3.6) builds an overflow check for every int32 ``+``, ``-`` and ``*`` of
+    a kernel (the op again in int64, two compares, an ``and``) and hands it to ``device_assert``,
+    which drops it: its options never set ``debug``. About half of a scaled_mm kernel's interpreted
+    time went into those discarded checks; with ``debug`` off nothing is checked either way, so
+    they are turned off (only then) for the Triton-interpreter test runs. Test processes only:
+    subprocesses that tests start run Triton's defaults."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    options = interpreter.interpreter_builder.options
+    if options.sanitize_overflow and not options.debug:
+        interpreter.interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=False)
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _drop_discarded_overflow_checks()
+
+
 def interpret_mode() -> str:
     """``"triton"``, ``"helion"`` or ``"gpu"``."""
     if os.environ.get("HL_TEST_GPU") == "1":
