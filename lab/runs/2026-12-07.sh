@@ -2,8 +2,8 @@
 # The GPU runs planned on 2026-12-02, in phases of < 600 s (one device call each):
 #   H   issue 20's host time per linear call at prefill sizes, with a harness that compiles as vLLM
 #       does (no Dynamo guards, one code object per variant: lab/scripts/prefill_host_time.py), then
-#       the GPU tests of hlcore.fused_linear (issue 22's first fused kernel), then DeepGEMM's JIT cache
-#       filled for Qwen3-8B's four (N, K) (lab/scripts/deepgemm_prewarm.py) for B1 / B0.
+#       DeepGEMM's JIT cache filled for Qwen3-8B's four (N, K) (lab/scripts/deepgemm_prewarm.py) for
+#       B1 / B0, then the GPU tests of hlcore.fused_linear (issue 22's first fused kernel).
 #   B1, B0  issue 20's Block_FP8 end to end on this commit (not run since the lowering): Qwen3-8B at
 #       full depth, plugin on (B1) then off (B0), one engine per call, concurrency 1..32, 3 repeats,
 #       TTFT alone at 128 / 1024 tokens; both engines skip DeepGEMM's warm-up and share H's warm JIT
@@ -20,11 +20,11 @@ case $phase in
 H)
     OUT=$O run prefill-host-time 150 python3 lab/scripts/prefill_host_time.py
     tail -9 "$O/prefill-host-time.log"
+    run deepgemm-prewarm 200 python3 lab/scripts/deepgemm_prewarm.py --model qwen3-8b
+    tail -6 "$O/deepgemm-prewarm.log"
     HL_TEST_GPU=1 run gpu-tests-fused 150 python3 -m pytest -m gpu -p no:cacheprovider -q -rfE \
         packages/hlcore/tests/gpu/test_fused_linear_gpu.py
     tail -5 "$O/gpu-tests-fused.log"
-    run deepgemm-prewarm 200 python3 lab/scripts/deepgemm_prewarm.py --model qwen3-8b
-    cat "$O/deepgemm-prewarm.log" | tail -6
     ;;
 B1) VLLM_DEEP_GEMM_WARMUP=skip e2e e2e-8b-block-on qwen3-8b block_fp8 1 --plugins on --repeats 3 \
         --ttft-lens 128,1024 --ttft-repeats 10 --timeout 280 ;;
