@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from hltools import model_source
 from hltools.format_names import FORMATS, check_formats
-from hltools.shapes import load_model_config
+from hltools.model_source import ModelSource
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -51,13 +52,22 @@ class OutDtype(StrEnum):
 # Option types
 # --------------------------------------------------------------------------------------------
 _MODEL = (
-    "Embedded model name (see `hltools validate --list-models`; an HF id whose last part names one, "
-    "e.g. Qwen/Qwen3-8B, also matches; nothing is downloaded), or a path to a config.json or its folder "
-    "(one that does not exist, or lacks a field the shapes need, exits 2 naming the path or field)"
+    "A path to a config.json or its folder, an embedded model name (see `hltools validate "
+    "--list-models`), or a Hugging Face id: its config.json from the local HF cache, else the embedded "
+    "model its base name matches (e.g. RedHatAI/Qwen3-8B-FP8-dynamic -> qwen3-8b). Nothing is "
+    "downloaded; a path that does not exist, or lacks a field the shapes need, exits 2 naming it"
 )
 Model = Annotated[str, typer.Option(help=_MODEL + ".")]
 Models = Annotated[str, typer.Option(help=_MODEL + "; several comma-separated.")]
 Formats = Annotated[str, typer.Option(help=f"Comma-separated formats: {', '.join(FORMATS)} (or all).")]
+ModelFormats = Annotated[
+    str | None,
+    typer.Option(
+        "--formats",
+        help=f"Comma-separated formats: {', '.join(FORMATS)} (or all). Default: the model's own format "
+        "(its config's quantization_config, or words of its id such as FP8-dynamic), else fp8_dynamic.",
+    ),
+]
 Format = Annotated[str, typer.Option("--format", help=f"One format: {', '.join(FORMATS)}.")]
 NumTokens = Annotated[str, typer.Option(help="Comma-separated M values (num_tokens, decode batch sizes).")]
 Tp = Annotated[
@@ -159,11 +169,36 @@ def _this_gpu() -> str | None:
 
 
 def load_model(name: str, option: str = "--model") -> dict[str, Any]:
-    """The config.json of an embedded model or a path (:func:`hltools.shapes.load_model_config`)."""
+    """The config.json ``name`` resolves to (:func:`resolve_model`)."""
+    return resolve_model(name, option).config
+
+
+def resolve_model(name: str, option: str = "--model", out: Console | None = None) -> ModelSource:
+    """``name`` resolved offline (:func:`hltools.model_source.resolve_model`: a path, an embedded
+    model, the Hugging Face cache, or the id's base model), its notes printed to ``out`` (stderr by
+    default); one that resolves nowhere is a bad value of ``option`` (exit 2)."""
     try:
-        return load_model_config(name)
+        source = model_source.resolve_model(name)
     except (ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
+    for note in source.notes:
+        (out or Console(stderr=True)).print(f"[yellow]{note}[/yellow]", highlight=False)
+    return source
+
+
+def model_formats(
+    formats: str | None, source: ModelSource, out: Console, option: str = "--formats"
+) -> list[str]:
+    """``--formats`` as given, else the model's own format (its ``quantization_config`` or id, said
+    on ``out``), else ``fp8_dynamic``."""
+    if formats is not None:
+        return parse_formats(formats, option)
+    if source.fmt is not None:
+        out.print(f"format {source.fmt}: from {source.name} ({option} overrides)", highlight=False)
+        return [source.fmt]
+    if source.source != f"embedded model {source.name.lower()}":  # a checkpoint that names no format
+        out.print(f"format fp8_dynamic: {source.name} names no format ({option} chooses)", highlight=False)
+    return ["fp8_dynamic"]
 
 
 def load_models(text: str, option: str = "--model") -> list[tuple[str, dict[str, Any]]]:

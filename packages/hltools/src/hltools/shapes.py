@@ -164,7 +164,8 @@ def linear_shapes(config: dict[str, Any], tp: int = 1) -> list[LinearShape]:
 
     Reads ``hidden_size``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``
     (default: ``num_attention_heads``) and ``head_dim`` (default: ``hidden_size /
-    num_attention_heads``). Sharding and the formulas: see the module docstring.
+    num_attention_heads``). Sharding and the formulas: see the module docstring. A mixture-of-experts
+    model (:func:`is_moe`) without dense MLP layers (:func:`has_dense_mlp`) has qkv and o only.
 
     Raises:
         ValueError: ``tp`` is not a positive integer; a field is missing or not a positive integer;
@@ -193,9 +194,36 @@ def linear_shapes(config: dict[str, Any], tp: int = 1) -> list[LinearShape]:
             f"num_key_value_heads = {kv} and tensor parallel size {tp}: neither divides the other"
         )
     inter_rank = _shard(intermediate, tp, "intermediate_size")
-    return [
+    attention = [
         LinearShape("qkv", (q_rank + 2 * kv_rank) * head_dim, hidden),
         LinearShape("o", hidden, q_rank * head_dim),
+    ]
+    if is_moe(config) and not has_dense_mlp(config):
+        return attention  # every MLP is experts: vLLM's fused-MoE kernels, not a dense linear
+    return [
+        *attention,
         LinearShape("gate_up", 2 * inter_rank, hidden),
         LinearShape("down", hidden, inter_rank),
     ]
+
+
+#: config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek).
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def is_moe(config: dict[str, Any]) -> bool:
+    """Whether the config declares routed experts (any of :data:`MOE_KEYS` > 0)."""
+    return any(isinstance(config.get(k), int) and config[k] > 0 for k in MOE_KEYS)
+
+
+def has_dense_mlp(config: dict[str, Any]) -> bool:
+    """Whether a MoE model also has dense MLP layers of ``intermediate_size`` (DeepSeek's
+    ``first_k_dense_replace`` > 0, Qwen-MoE's ``mlp_only_layers`` or ``decoder_sparse_step`` > 1);
+    a dense model always has."""
+    if not is_moe(config):
+        return True
+    return bool(
+        (config.get("first_k_dense_replace") or 0) > 0
+        or config.get("mlp_only_layers")
+        or (config.get("decoder_sparse_step") or 1) > 1
+    )

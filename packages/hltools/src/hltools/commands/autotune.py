@@ -66,7 +66,7 @@ Gpu = Annotated[
 
 def autotune(
     model: opt.Model,
-    formats: opt.Formats = "fp8_dynamic",
+    formats: opt.ModelFormats = None,
     tp: TpSizes = "1",
     num_tokens: NumTokens = None,
     effort: EffortOption = Effort.quick,
@@ -89,8 +89,9 @@ def autotune(
     from hltools import autotune as at
 
     out = opt.console()
-    config = opt.load_model(model)
-    fmts = opt.parse_formats(formats)
+    source = opt.resolve_model(model)
+    config = source.config
+    fmts = opt.model_formats(formats, source, out)
     tps = opt.parse_ints(tp, "--tp")
     tokens = _num_tokens(num_tokens)
     try:

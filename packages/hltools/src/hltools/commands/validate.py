@@ -28,7 +28,7 @@ ListModels = Annotated[bool, typer.Option("--list-models", help="List the embedd
 def validate(
     model: opt.Model = "qwen3-8b",
     num_tokens: opt.NumTokens = opt.DEFAULT_NUM_TOKENS,
-    formats: opt.Formats = "fp8_dynamic",
+    formats: opt.ModelFormats = None,
     tp: opt.Tp = 1,
     out_dtype: opt.OutDtypeOption = opt.OutDtype.bf16,
     output: Output = None,
@@ -51,13 +51,14 @@ def validate(
     if list_models_:
         out.print(models_table().rich())
         return
-    config = opt.load_model(model)
+    source = opt.resolve_model(model)
+    config = source.config
     try:
         shapes = linear_shapes(config, tp=tp)
     except ValueError as exc:
         raise opt.bad_parameter(exc, "--tp") from None
     tokens = opt.parse_ints(num_tokens, "--num-tokens")
-    fmts = opt.parse_formats(formats)
+    fmts = opt.model_formats(formats, source, out)
     shapes = _only_layers(shapes, layer)
     mode = _run_mode()  # before hltools.validate imports hlcore.scaled_mm (helion, triton)
     from hltools import validate as v
