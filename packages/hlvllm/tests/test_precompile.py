@@ -277,6 +277,12 @@ def test_worker_processes_get_every_helion_size_and_the_first_call_waits(op, hl_
             assert job.args[1]["tensor"][:3] == [[N, K], [K, 1], "float8_e4m3fn"]  # the layer's weight
         assert any("precompiled 7 of 7 Helion kernels" in r.getMessage() for r in caplog.records)
         assert fallback_calls == [8]  # the real call, checked against vLLM's kernel as always
+        from hlvllm import startup  # each phase of ours on this path was timed
+
+        for phase in ("shape registration", "recording", "waiting for workers", "first Helion calls"):
+            assert startup.SECONDS[phase] > 0, phase
+        assert startup.SECONDS["checks against vLLM"] > 0
+        assert startup.SECONDS["recording"] <= startup.SECONDS["shape registration"]
         assert precompile.wait_pool() is None  # once per process
     finally:
         sm._kernel_for.cache_clear()

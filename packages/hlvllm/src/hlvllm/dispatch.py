@@ -24,13 +24,14 @@ vLLM's is, that shape logs one warning and uses vLLM's kernel from then on (its 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Hashable
 
 import torch
 
-from hlvllm import routing
+from hlvllm import routing, startup
 from hlvllm.routing import HELION, VLLM, max_helion_m, set_capture_limit
 from hlvllm.settings import get_settings
 
@@ -96,25 +97,30 @@ def run(
         from hlvllm import guard, precompile
 
         precompile.wait_pool()  # the kernels compiled in worker processes (HL_PRECOMPILE_PROCESSES)
-        guard.check_all()  # once per process, before the first Helion call
-        guard.check_key(fmt, m, n, k)  # a size or shape check_all did not cover
+        with startup.timed("speed guard"):
+            guard.check_all()  # once per process, before the first Helion call
+            guard.check_key(fmt, m, n, k)  # a size or shape check_all did not cover
     path = route(fmt, m, n, k)
     if path == HELION:
         if helion_at is not None and not capturing:
             from hlvllm import precompile
 
             try:
-                precompile.precompile_shape(
-                    fmt, m, n, k, helion_at, lambda size: will_use_helion(fmt, size, n, k), group_key
-                )
+                with startup.timed("precompile threads"):
+                    precompile.precompile_shape(
+                        fmt, m, n, k, helion_at, lambda size: will_use_helion(fmt, size, n, k), group_key
+                    )
             except Exception as exc:  # noqa: BLE001 - a speed-up only: never fail the call for it
                 logger.warning("hlvllm: precompile of %s N=%d K=%d failed (%s)", fmt, n, k, exc)
         try:
-            out = helion_fn()
-            if not capturing and (fmt, m, n, k) not in _validated:
+            first = not capturing and (fmt, m, n, k) not in _validated
+            with startup.timed("first Helion calls") if first else contextlib.nullcontext():
+                out = helion_fn()
+            if first:
                 _validated.add((fmt, m, n, k))
-                ref = fallback_fn()
-                reason = disagreement(fmt, out, ref)
+                with startup.timed("checks against vLLM"):
+                    ref = fallback_fn()
+                    reason = disagreement(fmt, out, ref)
                 if reason:
                     raise ValueError(f"result differs from vLLM's kernel on the same inputs: {reason}")
         except Exception as exc:  # noqa: BLE001 - any Helion failure must fall back, never crash
@@ -153,10 +159,11 @@ def _log_kernel_cache(m: int) -> None:
     stats = kernel_cache.stats()
     logger.info(
         "hlvllm: Helion kernels at CUDA-graph capture: %d loaded from the kernel cache, %d compiled in "
-        "this process (%d cache errors)",
+        "this process (%d cache errors); start-up seconds in hlvllm: %s",
         stats["disk_hits"],
         stats["misses"],
         stats["errors"],
+        startup.summary(),
     )
 
 
@@ -209,3 +216,4 @@ def reset() -> None:
 
     guard.reset()
     precompile.reset()
+    startup.reset()

@@ -110,10 +110,11 @@ _failed: set[tuple[str, int, int]] = set()
 def register_shape(shape: GuardShape) -> None:
     """Make (format, N, K) known to the guard (one layer per shape is enough: the others run the same
     GEMM on another weight of the same size; the last registered one is timed)."""
-    _shapes[(shape.fmt, shape.n, shape.k)] = shape
-    from hlvllm import precompile
+    from hlvllm import precompile, startup
 
-    precompile.schedule_pool(shape)
+    with startup.timed("shape registration"):
+        _shapes[(shape.fmt, shape.n, shape.k)] = shape
+        precompile.schedule_pool(shape)
 
 
 def weight_copies(weight: torch.Tensor, copies: int) -> list[torch.Tensor]:

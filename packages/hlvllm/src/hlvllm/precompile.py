@@ -214,7 +214,10 @@ def schedule_pool(shape: Any, delay: float | None = None) -> None:
     key = (shape.fmt, shape.n, shape.k)
     if _pool_processes() <= 0 or key in _pool_shapes:
         return
-    _pool_shapes[key] = pool_jobs([shape])
+    from hlvllm import startup
+
+    with startup.timed("recording"):
+        _pool_shapes[key] = pool_jobs([shape])
     with _pool_lock:
         if _pool is not None:
             return
@@ -290,7 +293,10 @@ def wait_pool() -> dict | None:
         pool, _pool = _pool, False
     if not pool:
         return None
-    report = pool.wait(POOL_TIMEOUT)
+    from hlvllm import startup
+
+    with startup.timed("waiting for workers"):
+        report = pool.wait(POOL_TIMEOUT)
     logger.info(
         "hlvllm: precompiled %d of %d Helion kernels in %d worker processes; ready after %.1f s%s",
         report["ran"],

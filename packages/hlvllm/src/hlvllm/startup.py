@@ -1,0 +1,71 @@
+"""Where hlvllm's share of an engine's start-up goes: wall seconds per phase, logged once.
+
+Each phase of ours that runs before the first CUDA graph is replayed adds up here
+(:func:`timed`); :func:`summary` is logged with the kernel-cache line at the last Helion capture
+(:func:`hlvllm.dispatch.run`), so a start-up log says which seconds were hlvllm's:
+
+* ``shape registration``: at weight processing, each layer's guard/precompile registration
+  (:func:`hlvllm.guard.register_shape`), of which ``recording``: the Helion calls recorded for the
+  worker processes (:func:`hlvllm.precompile.pool_jobs`, ``HL_PRECOMPILE_PROCESSES``);
+* ``waiting for workers``: the first Helion call waiting for the worker processes;
+* ``speed guard``: timing Helion against vLLM's kernel on untuned shapes (:mod:`hlvllm.guard`);
+* ``precompile threads``: ``HL_PRECOMPILE_THREADS``' compiles before a shape's first call;
+* ``first Helion calls``: each (format, M, N, K)'s first eager Helion call (kernel load or compile);
+* ``checks against vLLM``: vLLM's kernel on the same inputs, compared once per key.
+
+The rest of the difference in start-up against vLLM alone is vLLM's own work on our behalf (the
+compile range above max_helion_size, capture of the Helion graphs), which its log times.
+Nested phases are counted in both (``recording`` is part of ``shape registration``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: Phase name -> wall seconds, in the order of the module docstring (unknown names last).
+PHASES = (
+    "shape registration",
+    "recording",
+    "waiting for workers",
+    "speed guard",
+    "precompile threads",
+    "first Helion calls",
+    "checks against vLLM",
+)
+SECONDS: defaultdict[str, float] = defaultdict(float)
+clock = time.perf_counter  # tests put a fake clock here
+
+
+@contextmanager
+def timed(phase: str) -> Iterator[None]:
+    """Add the wall time of the ``with`` body to ``phase`` (also when it raises)."""
+    t0 = clock()
+    try:
+        yield
+    finally:
+        SECONDS[phase] += clock() - t0
+
+
+def summary() -> str:
+    """``"shape registration 1.2 s (recording 0.8 s), first Helion calls 2.0 s, ..."``: the phases
+    that took any time, in :data:`PHASES` order; ``"none"`` when none did."""
+    order = [p for p in PHASES if SECONDS.get(p)] + sorted(
+        p for p in SECONDS if p not in PHASES and SECONDS[p]
+    )
+    parts = []
+    for phase in order:
+        if phase == "recording" and SECONDS.get("shape registration"):
+            continue
+        text = f"{phase} {SECONDS[phase]:.1f} s"
+        if phase == "shape registration" and SECONDS.get("recording"):
+            text += f" (recording {SECONDS['recording']:.1f} s)"
+        parts.append(text)
+    return ", ".join(parts) or "none"
+
+
+def reset() -> None:
+    """Forget the phases (tests)."""
+    SECONDS.clear()

@@ -1,0 +1,40 @@
+"""hlvllm.startup: our share of an engine's start-up, per phase, in one log line."""
+
+import pytest
+
+from hlvllm import startup
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(startup, "clock", lambda: now[0])
+    startup.reset()
+    yield now
+    startup.reset()
+
+
+def test_phases_add_up_nested_ones_shown_inside(fake_clock):
+    with startup.timed("shape registration"):
+        fake_clock[0] += 0.25
+        with startup.timed("recording"):
+            fake_clock[0] += 0.5
+    with startup.timed("shape registration"):  # a second layer shape
+        fake_clock[0] += 0.5
+    with startup.timed("first Helion calls"):
+        fake_clock[0] += 2.0
+    assert startup.SECONDS["shape registration"] == pytest.approx(1.25)
+    assert startup.summary() == "shape registration 1.2 s (recording 0.5 s), first Helion calls 2.0 s"
+
+
+def test_a_phase_that_raises_is_still_counted_and_order_is_fixed(fake_clock):
+    with pytest.raises(RuntimeError), startup.timed("speed guard"):
+        fake_clock[0] += 3.0
+        raise RuntimeError("timer failed")
+    with startup.timed("waiting for workers"):
+        fake_clock[0] += 1.0
+    assert startup.summary() == "waiting for workers 1.0 s, speed guard 3.0 s"
+
+
+def test_nothing_timed_says_none(fake_clock):
+    assert startup.summary() == "none"
