@@ -190,7 +190,9 @@ def test_cli_takes_an_hf_id_and_its_format_offline(hf_cache, monkeypatch):
 
 def test_cli_says_when_a_checkpoint_names_no_format(hf_cache, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    result = runner.invoke(app, ["autotune", "--model", "Qwen/Qwen3-8B-FP8", "--list"], env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app, ["autotune", "--model", "Qwen/Qwen3-8B-FP8", "--list"], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     assert "format fp8_dynamic: Qwen/Qwen3-8B-FP8 names no format (--formats chooses)" in result.output
     plain = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list"], env={"COLUMNS": "200"})

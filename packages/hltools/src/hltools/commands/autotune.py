@@ -115,20 +115,7 @@ def autotune(
             "candidate on the device); none was found. `hltools autotune --list ...` prints the keys without one.",
         )
     output = output if output is not None else _default_output()
-    parts = [
-        "hltools",
-        "autotune",
-        "--model",
-        model,
-        "--formats",
-        ",".join(fmts),
-        "--tp",
-        ",".join(map(str, tps)),
-    ]
-    parts += ["--num-tokens", ",".join(map(str, tokens)), "--effort", effort.value, "--seed", str(seed)]
-    parts += ["--output", str(output)]
-    parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
-    command = shlex.join(parts)  # without --force: a rerun resumes
+    command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes)
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
@@ -147,6 +134,24 @@ def autotune(
         out.print("rerun the same command to retry the failed keys (done keys are skipped):", style="bold")
         out.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes) -> str:
+    """The command line that reruns this tuning (without --force: a rerun resumes)."""
+    parts = [
+        "hltools",
+        "autotune",
+        "--model",
+        model,
+        "--formats",
+        ",".join(fmts),
+        "--tp",
+        ",".join(map(str, tps)),
+    ]
+    parts += ["--num-tokens", ",".join(map(str, tokens)), "--effort", effort.value, "--seed", str(seed)]
+    parts += ["--output", str(output)]
+    parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
+    return shlex.join(parts)
 
 
 def _num_tokens(text: str | None) -> list[int]:
