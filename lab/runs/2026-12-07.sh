@@ -9,8 +9,11 @@
 #       TTFT alone at 128 / 1024 tokens; both engines skip DeepGEMM's warm-up and share H's warm JIT
 #       cache. Joined afterwards with `hltools bench merge-e2e`.
 #   T2  issue 20's TTFT at +1 %: a second W8A8_INT8 engine pair, ABBA (lab/scripts/startup_ttft.py).
+#   H2  (added after H, B1, B0, T2 ran, for the session's last ~400 s) the host-time harness again with
+#       its variants interleaved in 41 rounds and the generated code kept; then issue 22's fused
+#       Block_FP8 kernel against vLLM's quant + GEMM (lab/scripts/fused_block_bench.py).
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-07.sh H|B1|B0|T2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-07.sh H|B1|B0|T2|H2
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
@@ -25,6 +28,12 @@ H)
     HL_TEST_GPU=1 run gpu-tests-fused 150 python3 -m pytest -m gpu -p no:cacheprovider -q -rfE \
         packages/hlcore/tests/gpu/test_fused_linear_gpu.py
     tail -5 "$O/gpu-tests-fused.log"
+    ;;
+H2)
+    ROUNDS=41 OUT=$O run prefill-host-time 120 python3 lab/scripts/prefill_host_time.py
+    sed -n '/^host µs per call/,$p' "$O/prefill-host-time.log" | cut -c1-400
+    OUT=$O run fused-block-bench 300 python3 lab/scripts/fused_block_bench.py
+    tail -12 "$O/fused-block-bench.log"
     ;;
 B1) VLLM_DEEP_GEMM_WARMUP=skip e2e e2e-8b-block-on qwen3-8b block_fp8 1 --plugins on --repeats 3 \
         --ttft-lens 128,1024 --ttft-repeats 10 --timeout 280 ;;

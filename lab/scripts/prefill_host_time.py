@@ -26,8 +26,12 @@ vLLM's wrapper, no guards.
 
 Host time = wall time of 200 back-to-back calls without synchronising, divided by 200 (these shapes
 are host-bound at prefill sizes up to ~1024; the GPU time per call is printed beside it, measured
-with CUDA events, so a host figure that is really GPU time shows). Median of 5 such loops. Prints
-a table and writes ``$OUT/prefill_host_time.json``.
+with CUDA events, so a host figure that is really GPU time shows). ``ROUNDS`` (default 21) rounds,
+each timing one such loop of every variant in a new random order; per variant the median over
+rounds, and for ``op`` / ``lowered`` / ``cond`` the median (p20-p80) of the per-round differences
+against ``vllm`` (a process's slow phases hit both sides of a difference alike; the 2026-12-02 run
+timed the variants one after the other and spread by up to ±20 %). Prints the tables and writes
+``$OUT/prefill_host_time.json`` with each variant's generated code.
 
 Usage (GPU machine, vLLM bundle env + the project's wheels): ``python3 lab/scripts/prefill_host_time.py``
 """
@@ -44,7 +48,7 @@ import torch
 MS = (64, 256, 1024, 4096)
 N = K = 4096
 CALLS = 200
-LOOPS = 5
+ROUNDS = int(os.environ.get("ROUNDS", "21"))
 
 
 def _inputs(m: int):
@@ -56,24 +60,51 @@ def _inputs(m: int):
     return a, b, sa, sb
 
 
-def _host_us(fn, args) -> tuple[float, float]:
-    for _ in range(10):
+def _loop_us(fn, args) -> float:
+    """Host µs per call of one loop of CALLS back-to-back calls (then a sync, not timed)."""
+    t0 = time.perf_counter()
+    for _ in range(CALLS):
         fn(*args)
+    us = (time.perf_counter() - t0) * 1e6 / CALLS
     torch.cuda.synchronize()
-    host = []
-    for _ in range(LOOPS):
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            fn(*args)
-        host.append((time.perf_counter() - t0) * 1e6 / CALLS)
-        torch.cuda.synchronize()
+    return us
+
+
+def _gpu_us(fn, args) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(CALLS):
         fn(*args)
     end.record()
     end.synchronize()
-    return statistics.median(host), start.elapsed_time(end) * 1e3 / CALLS
+    return start.elapsed_time(end) * 1e3 / CALLS
+
+
+def _interleaved(fns: dict, args, rounds: int) -> dict:
+    """Host µs per call of every variant, measured in ``rounds`` rounds; each round times one loop of
+    each variant in a new random order, so a slow phase of the process hits every variant alike.
+    Returns per variant the median over rounds and the loops themselves."""
+    import random
+
+    for fn in fns.values():  # warm-up
+        for _ in range(10):
+            fn(*args)
+    torch.cuda.synchronize()
+    loops = {name: [] for name in fns}
+    rng = random.Random(0)
+    for _ in range(rounds):
+        order = list(fns)
+        rng.shuffle(order)
+        for name in order:
+            loops[name].append(_loop_us(fns[name], args))
+    return loops
+
+
+def _paired(a: list[float], b: list[float]) -> dict:
+    """Median and p20-p80 of the per-round differences ``a - b`` (µs)."""
+    d = sorted(x - y for x, y in zip(a, b, strict=True))
+    q = lambda p: d[min(len(d) - 1, int(p * len(d)))]  # noqa: E731
+    return {"median": round(statistics.median(d), 2), "p20": round(q(0.2), 2), "p80": round(q(0.8), 2)}
 
 
 def main() -> None:
@@ -134,6 +165,7 @@ def main() -> None:
             codes[name] = {
                 "calls_cutlass_op": "torch.ops._C.cutlass_scaled_mm" in text,
                 "calls_hlvllm_op": "torch.ops.hlvllm.scaled_mm" in text,
+                "text": text,  # the whole generated code, to diff the variants
             }
             variants[name] = call
         except Exception as exc:  # noqa: BLE001 - record why a design does not compile
@@ -159,13 +191,15 @@ def main() -> None:
     for m in MS:
         args = _inputs(m)
         row = {"M": m, "N": N, "K": K}
-        for name, fn in [*variants.items(), *eager.items()]:
-            if isinstance(fn, str):
-                row[name] = fn
-                continue
-            host, gpu = _host_us(fn, args)
-            row[f"{name}_host_us"] = round(host, 2)
-            row[f"{name}_gpu_us"] = round(gpu, 2)
+        fns = {name: fn for name, fn in [*variants.items(), *eager.items()] if not isinstance(fn, str)}
+        loops = _interleaved(fns, args, ROUNDS)
+        for name, fn in fns.items():
+            row[f"{name}_host_us"] = round(statistics.median(loops[name]), 2)
+            row[f"{name}_gpu_us"] = round(_gpu_us(fn, args), 2)
+            row[f"{name}_loops_us"] = [round(x, 2) for x in loops[name]]
+        for name in ("op", "lowered", "cond"):
+            if name in fns:
+                row[f"{name}_minus_vllm_us"] = _paired(loops[name], loops["vllm"])
         rows.append(row)
     out = os.environ.get("OUT", ".")
     from hltools.results import provenance  # noqa: PLC0415 (GPU-machine script)
@@ -182,7 +216,20 @@ def main() -> None:
     for name, v in variants.items():
         if isinstance(v, str):
             print(f"{name}: did not compile: {v}")
-    print("generated code per variant:", codes)
+    print("paired per-round differences against vllm, µs: median (p20-p80)")
+    for row in rows:
+        cells = [
+            f"{n} {row[n + '_minus_vllm_us']['median']} ({row[n + '_minus_vllm_us']['p20']}..{row[n + '_minus_vllm_us']['p80']})"
+            for n in ("op", "lowered", "cond")
+            if n + "_minus_vllm_us" in row
+        ]
+        print(f"M={row['M']}: " + "; ".join(cells))
+    print(
+        "generated code per variant:",
+        {k: {a: b for a, b in v.items() if a != "text"} for k, v in codes.items()},
+    )
+    if "vllm" in codes and "lowered" in codes:
+        print("lowered code == vllm code (byte for byte):", codes["vllm"]["text"] == codes["lowered"]["text"])
     print("every variant (and the eager rows) is called inside the same pass_context + Inductor config patch")
 
 
