@@ -41,7 +41,7 @@ List = Annotated[
 
 def kernels(
     model: opt.Models = "qwen3-8b",
-    formats: opt.Formats = "fp8_dynamic,w8a8_int8,block_fp8",
+    formats: opt.Formats = "all",
     tp: opt.Tp = 1,
     num_tokens: opt.NumTokens = opt.DEFAULT_NUM_TOKENS,
     output: opt.OutputDir = opt.DEFAULT_OUTPUT,
