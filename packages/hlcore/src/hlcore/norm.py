@@ -145,6 +145,20 @@ def _describe(t: object) -> str:
     return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
 
 
+def check_residual(name: str, x: torch.Tensor, residual: object) -> None:
+    """``ValueError`` naming kernel ``name`` unless ``residual`` is a tensor of x's shape, dtype and
+    device."""
+    if (
+        not isinstance(residual, torch.Tensor)
+        or residual.shape != x.shape
+        or residual.dtype != x.dtype
+        or residual.device != x.device
+    ):
+        raise ValueError(
+            f"{name}: residual must match x ({_describe(x)}) in shape, dtype and device; got {_describe(residual)}"
+        )
+
+
 def _check(who: str, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> int:
     if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.dtype not in DTYPES or x.shape[-1] == 0:
         raise ValueError(
@@ -236,16 +250,7 @@ def fused_add_rms_norm(
     Deterministic.
     """
     h = _check("fused_add_rms_norm", x, weight, eps)
-    if (
-        not isinstance(residual, torch.Tensor)
-        or residual.shape != x.shape
-        or residual.dtype != x.dtype
-        or residual.device != x.device
-    ):
-        raise ValueError(
-            f"fused_add_rms_norm: residual must match x ({_describe(x)}) in shape, dtype and device; "
-            f"got {_describe(residual)}"
-        )
+    check_residual("fused_add_rms_norm", x, residual)
     x2, r2 = _rows(x, h), _rows(residual, h)
     m = x2.shape[0]
     if m == 0:

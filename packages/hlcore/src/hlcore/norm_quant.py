@@ -47,8 +47,6 @@ from hlcore.quant import (
 )
 from hlcore.quant_kernels import fp8_rows, int8_rows
 
-F32_MAX = float(torch.finfo(torch.float32).max)
-
 
 # --------------------------------------------------------------------------------------------
 # Helion kernels
@@ -118,7 +116,6 @@ def _rms_norm_int8_quant_body(
         w = weight[None, :].to(torch.float32)
         # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
         y = rms_weighted_rows(rms_normed_rows(row, eps), w, weight.dtype).to(x.dtype).to(torch.float32)
-        y = torch.clamp(y, -F32_MAX, F32_MAX)
         q_rows, row_scale = int8_rows(y)
         q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
@@ -142,7 +139,6 @@ def _fused_add_rms_norm_int8_quant_body(
         w = weight[None, :].to(torch.float32)
         # the norm's output as vLLM's RMSNorm returns it (weight dtype, then x's dtype), in fp32
         y = rms_weighted_rows(rms_normed_rows(total, eps), w, weight.dtype).to(x.dtype).to(torch.float32)
-        y = torch.clamp(y, -F32_MAX, F32_MAX)
         q_rows, row_scale = int8_rows(y)
         q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
@@ -237,16 +233,8 @@ def _launch(
             f"{name}: scale_ub must be None or a one-element float32 tensor on {x.device}; "
             f"got {norm._describe(scale_ub)}"
         )
-    if residual is not None and (
-        not isinstance(residual, torch.Tensor)
-        or residual.shape != x.shape
-        or residual.dtype != x.dtype
-        or residual.device != x.device
-    ):
-        raise ValueError(
-            f"{name}: residual must match x ({norm._describe(x)}) in shape, dtype and device; "
-            f"got {norm._describe(residual)}"
-        )
+    if residual is not None:
+        norm.check_residual(name, x, residual)
     x2 = norm._rows(x, h)
     m = x2.shape[0]
     if m == 0:

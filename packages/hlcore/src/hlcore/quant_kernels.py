@@ -78,8 +78,10 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 def fp8_rows(rows_f32: torch.Tensor, rows_amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token fp8 of ``rows_f32 [tile_m, K]`` fp32 with ``rows_amax [tile_m]`` (already capped by
-    ``scale_ub``): ``scale = max(min(amax, f32 max) / 448, 1 / (448 * 512))``, ``q = e4m3(clamp(x /
-    scale, -448, 448))``; returns ``(q, scale)``. An inf amax gives a finite scale."""
+    ``scale_ub``: the kernel body loads ``scale_ub[0]``, which neither a helper nor a conditional
+    expression may do in Helion 1.5's Triton code generation): ``scale = max(min(amax, f32 max) /
+    448, 1 / (448 * 512))``, ``q = e4m3(clamp(x / scale, -448, 448))``; returns ``(q, scale)``. An
+    inf amax gives a finite scale."""
     fp8_row_scale = torch.clamp(torch.clamp(rows_amax, max=F32_MAX) / FP8_MAX, min=FP8_MIN_SCALE)
     fp8_q = torch.clamp(rows_f32 / fp8_row_scale.unsqueeze(-1), -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return fp8_q, fp8_row_scale
@@ -96,12 +98,13 @@ def fp8_group_rows(group_f32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def int8_rows(rows_f32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-token int8 of ``rows_f32 [tile_m, K]`` fp32 (finite: callers clamp +-inf to
-    +-f32 max first): ``scale = amax / 127``, ``q = clamp(rint(x / scale), -128, 127)`` rounding half
-    to even with the fp32 magic number 1.5 * 2^23 (adding it leaves no fraction bits; the fp32 add
+    """Symmetric per-token int8 of ``rows_f32 [tile_m, K]`` fp32, +-inf taken as +-f32 max first (as
+    the reference's ``nan_to_num``; saturates to +-127): ``scale = amax / 127``, ``q =
+    clamp(rint(x / scale), -128, 127)`` rounding half to even with the fp32 magic number 1.5 * 2^23 (adding it leaves no fraction bits; the fp32 add
     rounds to nearest even) after clamping so ``|v| < 2^22``: the same bits on the GPU and both
     interpreters (Triton's interpreter has no ``libdevice.nearbyint``). A zero row: scale 0, q 0.
     Returns ``(q, scale)``."""
+    rows_f32 = torch.clamp(rows_f32, -F32_MAX, F32_MAX)
     int8_row_scale = torch.amax(torch.abs(rows_f32), dim=-1) / INT8_MAX
     int8_safe = torch.where(int8_row_scale > 0, int8_row_scale, torch.ones_like(int8_row_scale))
     int8_v = torch.clamp(rows_f32 / int8_safe.unsqueeze(-1), -129.0, 128.0)
@@ -139,9 +142,7 @@ def _per_token_int8_quant_body(
     q = torch.empty([m, k], dtype=torch.int8, device=x.device)
     scale = torch.empty([m, 1], dtype=torch.float32, device=x.device)
     for tile_m in hl.tile(m):
-        # +-inf -> +-float32 max first (as the reference's nan_to_num): saturates to +-127
-        row = torch.clamp(x[tile_m, :].to(torch.float32), -F32_MAX, F32_MAX)
-        q_rows, row_scale = int8_rows(row)
+        q_rows, row_scale = int8_rows(x[tile_m, :].to(torch.float32))
         q[tile_m, :] = q_rows
         scale[tile_m, 0] = row_scale
     return q, scale
