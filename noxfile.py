@@ -100,8 +100,8 @@ BENCH_E2E = ["--model", "qwen3-8b", "--format", "fp8_dynamic", "--layers", "8", 
 def bench(session: nox.Session) -> None:
     """Benchmarks on a CUDA GPU (method: docs/benchmarks.md): ``hltools bench kernels`` for Qwen3-8B
     and Qwen3-1.7B in the three formats, then ``hltools bench e2e`` for Qwen3-8B FP8_Dynamic with 8
-    layers (the engine with and without the plugin), into ``$HL_BENCH_OUT`` (default
-    ``bench-results``): ``kernels/`` and ``e2e/``. Posargs: ``kernels`` or ``e2e`` first runs only
+    layers (the engine with and without the plugin, and the numerics control), into
+    ``$HL_BENCH_OUT`` (default ``bench-results``): ``kernels/`` and ``e2e/``. Posargs: ``kernels`` or ``e2e`` first runs only
     that part, and the rest is added to its command (e.g. ``nox -s bench -- e2e --format block_fp8``).
     Installs nothing; fails without a CUDA GPU."""
     import torch

@@ -77,11 +77,14 @@ def test_e2e_dry_run_prints_the_engine_runs(no_gpu, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
-    assert len(lines) == 4
+    assert len(lines) == 5  # default off,on,control: the untimed control in round 1 only
     assert (
         "VLLM_PLUGINS='' " in lines[0] and "--plugin off" in lines[0] and "HL_LINEAR_BACKEND" not in lines[0]
     )
     assert "HL_LINEAR_BACKEND=helion" in lines[1] and "--plugin on" in lines[1]
+    assert "--plugin control" in lines[2] and "VLLM_PLUGINS='' " in lines[2]
+    assert "VLLM_DISABLED_KERNELS=CutlassFP8ScaledMMLinearKernel,CutlassInt8ScaledMMLinearKernel," in lines[2]
+    assert not any("VLLM_DISABLED_KERNELS" in ln for ln in lines[:2] + lines[3:])
     assert all("--concurrency 1,4" in ln and "cache-" in ln for ln in lines)
     assert "off-r1 (warm caches)" in result.output and "4 layers, w8a8_int8" in result.output
     assert not any(tmp_path.iterdir())  # nothing written
@@ -154,7 +157,7 @@ def test_e2e_dry_run_tensor_parallel(no_gpu, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
-    assert len(lines) == 2 and all("--tensor-parallel-size 2" in ln for ln in lines)
+    assert len(lines) == 3 and all("--tensor-parallel-size 2" in ln for ln in lines)
     assert all(
         "NCCL_NVLS_ENABLE=0" in ln
         and "TORCH_SYMM_MEM_DISABLE_MULTICAST=1" in ln

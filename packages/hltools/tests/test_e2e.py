@@ -170,7 +170,8 @@ def test_worker_cli_parses_and_sets_the_plugin_switch(monkeypatch):
 def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     """``gemm``: the plugin with HL_LINEAR_BACKEND=helion and HL_AUX_KERNELS=none; ``on`` keeps a
     HL_AUX_KERNELS the user set, ``gemm`` overrides it; ``off`` is unchanged."""
-    assert e2e.PLUGINS == ("off", "on", "gemm", "aux", "fused") and e2e.DEFAULT_PLUGINS == ("off", "on")
+    assert e2e.PLUGINS == ("off", "on", "gemm", "aux", "fused", "control")
+    assert e2e.DEFAULT_PLUGINS == ("off", "on", "control")
     env = {"VLLM_PLUGINS": "", "HL_AUX_KERNELS": "rms_norm", "X": "1"}
     e2e.set_plugin(env, "gemm")
     assert env == {"X": "1", "HL_LINEAR_BACKEND": "helion", "HL_AUX_KERNELS": "none"}
@@ -180,7 +181,7 @@ def test_gemm_setting_is_helion_gemms_without_aux_kernels(tmp_path):
     env = {"HL_LINEAR_BACKEND": "helion"}
     e2e.set_plugin(env, "off")
     assert env == {"VLLM_PLUGINS": ""}
-    with pytest.raises(ValueError, match=r"\['off', 'on', 'gemm', 'aux', 'fused'\]"):
+    with pytest.raises(ValueError, match=r"\['off', 'on', 'gemm', 'aux', 'fused', 'control'\]"):
         e2e.set_plugin({}, "maybe")
 
     gemm = e2e.worker_env("gemm", tmp_path / "cache-gemm", {"PATH": "/bin", "VLLM_PLUGINS": ""})
@@ -306,7 +307,8 @@ def test_plan_runs_alternates_three_settings(tmp_path):
     }
     assert specs[5].out == tmp_path / "runs" / "gemm-r1.json" and specs[5].log.name == "gemm-r1.log"
     assert [s.name for s in e2e.plan_runs(tmp_path, ["gemm", "off"], rounds=1)] == ["gemm-r0", "off-r0"]
-    assert [s.plugin for s in e2e.plan_runs(tmp_path)] == ["off", "on", "off", "on"]  # default: off, on
+    # default: off, on, control; the untimed control in round 0 only
+    assert [s.plugin for s in e2e.plan_runs(tmp_path)] == ["off", "on", "control", "off", "on"]
 
 
 def test_plan_runs_alternates_four_settings(tmp_path):
@@ -699,6 +701,7 @@ def test_run_e2e_with_a_fake_launcher(tmp_path):
         layers=2,
         options=e2e.E2EOptions(concurrency=(1, 2)),
         output=tmp_path / "res",
+        plugins=("off", "on"),
         launcher=launcher,
         timeout=600,
         metadata={"commit": "abc"},
@@ -881,11 +884,23 @@ def test_run_e2e_with_gemm_runs(tmp_path, monkeypatch):
     assert "| 4 | 400 | 440 | 1.100 |" in md and "| 500 | 1.250 |" in md
 
 
-@pytest.mark.parametrize("plugin", ["off", "on", "gemm", "aux", "fused"])
+def _scored(ids, out):
+    """A fake ``RequestOutput`` of a ``prompt_logprobs=0`` request: token t scores -t/64 (vLLM's shape:
+    position 0 None, then a dict holding the prompt token's ``Logprob`` and a top-1 token)."""
+    import types
+
+    lps = [None] + [
+        {t: types.SimpleNamespace(logprob=-t / 64), 0: types.SimpleNamespace(logprob=-0.001)} for t in ids[1:]
+    ]
+    return types.SimpleNamespace(outputs=[out], prompt_token_ids=list(ids), prompt_logprobs=lps)
+
+
+@pytest.mark.parametrize("plugin", ["off", "on", "gemm", "aux", "fused", "control"])
 def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugin):
     """worker_main with a fake vllm.LLM: ``on``, ``gemm``, ``aux`` and ``fused`` collect the captured
-    sizes (GEMM and aux) from every rank, ``off`` does not; the environment it records holds the
-    plugin switch."""
+    sizes (GEMM and aux) from every rank, ``off`` and ``control`` do not; the environment it records
+    holds the plugin switch; every run records the teacher-forced logprobs of the fixed sequences,
+    ``control`` nothing timed."""
     import os
     import types
 
@@ -909,7 +924,10 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
 
         def generate(self, prompts, sp, use_tqdm=True):
             out = types.SimpleNamespace(token_ids=list(range(sp.max_tokens)))
-            return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+            if getattr(sp, "prompt_logprobs", None) is None:
+                return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
+            assert sp.prompt_logprobs == 0 and sp.max_tokens == 1
+            return [_scored(p["prompt_token_ids"], out) for p in prompts]
 
     fake_vllm = types.ModuleType("vllm")
     fake_vllm.LLM = FakeLLM
@@ -927,7 +945,7 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
     argv = ["worker", "--plugin", plugin, "--model-dir", str(tmp_path), "--out", str(out)]
     assert e2e.main([*argv, "--concurrency", "1,2", "--output-len", "3", "--repeats", "1"]) == 0
     result = json.loads(out.read_text())
-    helion = plugin != "off"
+    helion = plugin not in ("off", "control")
     assert result["plugin"] == plugin and result["gpu"] == "FakeGPU" and result["filled"] == 7
     assert calls == ["fill_weights", "linear_kernels"] + (
         ["dispatch_counts", "aux_capture_counts"] if helion else []
@@ -938,9 +956,18 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
     assert result["env"]["HL_LINEAR_BACKEND"] == ("helion" if helion else None)
     assert result["env"]["HL_AUX_KERNELS"] == {"gemm": "none", "aux": "all"}.get(plugin)
     assert result["env"]["HL_AUX_FUSION"] == ("1" if plugin == "fused" else None)
-    assert result["env"]["VLLM_PLUGINS"] == ("" if plugin == "off" else None)
+    assert result["env"]["VLLM_PLUGINS"] == ("" if not helion else None)
+    assert result["env"]["VLLM_DISABLED_KERNELS"] == (
+        e2e.CONTROL_ENV["VLLM_DISABLED_KERNELS"] if plugin == "control" else None
+    )
     assert result["env"]["VLLM_DEEP_GEMM_WARMUP"] == "skip" and result["env"]["HL_DETERMINISTIC"] is None
-    assert set(result["throughput"]) == {"1", "2"} and result["greedy"] == [[*range(16)]] * 4
+    assert result["greedy"] == [[*range(16)]] * 4
+    assert set(result["throughput"]) == (set() if plugin == "control" else {"1", "2"})
+    numerics = result["numerics"]
+    seqs = [p["prompt_token_ids"] for p in e2e.numerics_prompts(100, 3)]  # seed 0 + 3, the config's vocab
+    assert len(seqs) == numerics["prompts"] == 8 and {len(q) for q in seqs} == {33}
+    assert numerics["tokens"] == 32 and numerics["seed"] == 3
+    assert numerics["logprobs"] == [[-t / 64 for t in q[1:]] for q in seqs]  # position 0 has no logprob
     if helion:
         assert e2e.helion_ranks(result)["active"] == 1
 

@@ -42,7 +42,8 @@ Plugins = Annotated[
         "defaults: Helion GEMMs only, vLLM's norm/activation/quant layers fused by Inductor), gemm "
         "(Helion GEMMs only, explicit HL_AUX_KERNELS=none), aux (Helion GEMMs and aux kernels: "
         "HL_AUX_KERNELS=all), fused (HL_AUX_FUSION=1: the aux kernels, each norm / silu_and_mul "
-        "fused with the fp8 quant after it)."
+        "fused with the fp8 quant after it), control (no plugin, vLLM's second-choice kernel: "
+        "the yardstick of the logprob check; untimed, round 1 only)."
     ),
 ]
 GpuMemoryUtilization = Annotated[float, typer.Option(help="vLLM's gpu_memory_utilization.")]
@@ -85,7 +86,7 @@ def e2e(
     ttft_lens: TtftLens = "",
     ttft_repeats: TtftRepeats = 10,
     rounds: Rounds = 2,
-    plugins: Plugins = "off,on",
+    plugins: Plugins = "off,on,control",
     gpu_memory_utilization: GpuMemoryUtilization = 0.6,
     seed: Seed = 0,
     tensor_parallel_size: TensorParallelSize = 1,
@@ -102,11 +103,16 @@ def e2e(
     `--plugins off,on,aux,fused`) engines with hlvllm's aux fusion pass (HL_AUX_FUSION=1, which turns
     the aux kernels on), one launch per norm (activation) + fp8 quant pair.
 
+    Every engine also scores 8 fixed sequences (teacher-forced logprobs); the summary gives each
+    setting's max and mean |Δlogprob| against `off`'s and, with `control` (default `off,on,control`:
+    no plugin, vLLM's second-choice kernel, one untimed engine start), fails the plugin where its
+    max or mean exceeds 2x the control's.
+
     Each engine runs in its own process (`python -m hltools.e2e worker`), max_num_seqs 32, prefix
     caching off, fixed input/output lengths, greedy. Writes `e2e-<model>-<format>.{json,csv,md}` and
     a PNG of the speedup vs concurrency. Needs a CUDA GPU (exit 2 without one, except --dry-run;
     --tensor-parallel-size N needs N). Exits 1 if an engine run failed (its log is kept under the
-    output directory).
+    output directory) or the numerics check says FAIL (after writing the files).
     """
     from hltools import e2e as e
 
@@ -143,10 +149,20 @@ def e2e(
     )
     out.print(f"wrote {report.files['json']}, {report.files['csv']}, {report.files['md']}")
     draw_plot(out, summary, output / f"{report.files['stem']}.png", meta)
-    if report.failed:
-        for name, msg in report.failed.items():
-            out.print(f"[bold red]engine run {name} failed[/]: {msg}", highlight=False)
+    for name, msg in report.failed.items():
+        out.print(f"[bold red]engine run {name} failed[/]: {msg}", highlight=False)
+    if report.failed or numerics_failed(out, summary):
         raise typer.Exit(1)
+
+
+def numerics_failed(out: Console, summary: dict) -> bool:
+    """Whether the numerics check of ``summary`` failed (the plugin's |Δlogprob| over 2x the
+    control's); says so in red when it did."""
+    failed = (summary.get("numerics") or {}).get("ok") is False
+    if failed:
+        out.print("[bold red]numerics check FAILED[/]: the plugin's logprobs are further from vLLM's than 2x "
+                  "the control's (see the Numerics line)", highlight=False)  # fmt: skip
+    return failed
 
 
 def _print_runs(out: Console, specs, model_dir: Path, options, kernel_cache: bool, what: str) -> None:
@@ -192,7 +208,8 @@ def _on_run(out: Console, spec, event: str) -> None:
 
 def print_summary(out: Console, summary: dict, title: str) -> None:
     """What ``<stem>.md`` shows below its heading (:func:`hltools.e2e.summary_parts`): the tables with
-    TTFT, spread, TTFT alone, start-up, greedy agreement and Helion per rank (markdown bold dropped)."""
+    TTFT, spread, TTFT alone, start-up, the numerics check, restart agreement and Helion per rank
+    (markdown bold dropped)."""
     from hltools import e2e as e
 
     for part in e.summary_parts(summary, title):

@@ -23,8 +23,10 @@ SAME = ("model", "format", "layers", "tensor_parallel_size", "gpu")
 def merge_e2e(files: Files, output: Output = opt.DEFAULT_OUTPUT, plots: Plots = True) -> None:
     """Join `bench e2e` results of the same model, format, layers, TP and GPU that ran as separate
     commands (e.g. `--plugins off` and `--plugins on` in two device calls) into one result with one
-    summary: `e2e-<model>-<format>[-tp<N>].{json,csv,md,png}` in --output. Exits 2 when the files
-    disagree on those fields, hold the same (plugin, round) twice or are not `bench e2e` results."""
+    summary: `e2e-<model>-<format>[-tp<N>].{json,csv,md,png}` in --output (a `--plugins control` run
+    joined with `off` and `on` ones gives the numerics check its yardstick). Exits 2 when the files
+    disagree on those fields, hold the same (plugin, round) twice or are not `bench e2e` results;
+    exits 1 (after writing) when the joined numerics check says FAIL."""
     from hltools import e2e
     from hltools.commands import bench_e2e
     from hltools.results import read_json
@@ -62,3 +64,5 @@ def merge_e2e(files: Files, output: Output = opt.DEFAULT_OUTPUT, plots: Plots = 
     written = e2e.write_e2e(output, stem, meta, runs)
     bench_e2e.show(out, output, stem, meta, written["summary"], plots)
     out.print(f"merged {len(runs)} runs from {len(files)} files into {written['json']}")
+    if bench_e2e.numerics_failed(out, written["summary"]):
+        raise typer.Exit(1)

@@ -3,7 +3,7 @@
 The parent (:func:`run_e2e`, CPU-side) writes a ``config.json`` (the model's architecture with
 ``--layers`` decoder layers and the format's ``quantization_config``; no weights, nothing
 downloaded) and starts one *worker* process per engine run (``python -m hltools.e2e worker ...``,
-:func:`worker_command`), one per *plugin setting* (:data:`PLUGINS`, default ``off`` and ``on``) and
+:func:`worker_command`), one per *plugin setting* (:data:`PLUGINS`, default ``off``, ``on`` and ``control``) and
 round, the settings alternating, for ``rounds`` rounds:
 
 * ``off``: ``VLLM_PLUGINS=`` (no plugin loaded), vLLM as it ships;
@@ -21,6 +21,12 @@ round, the settings alternating, for ``rounds`` rounds:
   norm / silu_and_mul with the per-token fp8 quant after it into one kernel launch, as Inductor's
   fusion does for ``on``; ``fused`` next to ``aux`` and ``on`` measures what the fusion recovers.
   Only ``fused`` carries ``HL_AUX_FUSION`` (the other settings drop an inherited one).
+
+* ``control``: no plugin, with vLLM's first-choice kernel of each format disabled
+  (``VLLM_DISABLED_KERNELS``, :data:`CONTROL_ENV`), so vLLM's next one runs (fp8_dynamic:
+  ``torch._scaled_mm``; w8a8_int8: Triton; block_fp8: CUTLASS instead of DeepGEMM). Untimed and in
+  round 0 only: its logprobs are the yardstick of the numerics check (two of vLLM's own kernels
+  differ this much). It runs by default (``off,on,control``).
 
 ``gemm``, ``aux`` and ``fused`` are the *extra settings* (:data:`EXTRA_SETTINGS`, in that order):
 each adds summary keys and CSV columns ending in ``_<name>`` (after the ``off``/``on`` ones; empty
@@ -44,7 +50,9 @@ concurrency ``c``: ``c`` random prompts of ``input_len`` tokens (the same in eve
 ``output_len`` output tokens. Output tokens/s = ``c * output_len / median(t_full)``; per-token
 latency (TPOT) = ``(median(t_full) - median(t_one)) / (output_len - 1)``; TTFT ~ ``median(t_one)``.
 It also records the kernels vLLM chose per layer, greedy tokens of 4 short prompts (agreement
-between the runs) and, with the plugin (``on``, ``gemm``, ``aux``, ``fused``), which sizes were captured
+between the runs), teacher-forced logprobs of 8 fixed sequences of 33 tokens (``numerics``: every
+run scores the same tokens; :mod:`~hltools.e2e.numerics` compares each setting's with ``off``'s and
+the plugin's |Δlogprob| with the ``control``'s) and, with the plugin (``on``, ``gemm``, ``aux``, ``fused``), which sizes were captured
 into CUDA graphs with Helion: rank 0's under ``kernels`` / ``captured``, every tensor-parallel
 rank's under ``kernels_by_rank`` / ``captured_by_rank`` (``llm.apply_model`` runs in each rank);
 :func:`summarize` counts the ranks where Helion was active.
@@ -52,18 +60,27 @@ rank's under ``kernels_by_rank`` / ``captured_by_rank`` (``llm.apply_model`` run
 Modules: :mod:`~hltools.e2e.settings` (the plugin settings, the engine's ``config.json``, the
 workers' environments), :mod:`~hltools.e2e.plan` (options, runs, worker command lines),
 :mod:`~hltools.e2e.run` (the parent: :func:`run_e2e`), :mod:`~hltools.e2e.summary` (aggregation, tables,
-files) and :mod:`~hltools.e2e.worker` (the GPU side). Everything but :func:`worker_main` (and what it
+files), :mod:`~hltools.e2e.numerics` (the logprob check) and :mod:`~hltools.e2e.worker` (the GPU side). Everything but :func:`worker_main` (and what it
 calls) runs without a GPU: the commands, the environments, the aggregation (:func:`summarize`) and the
 files are tested on the CPU. This package re-exports their public names.
 """
 
 from __future__ import annotations
 
+from hltools.e2e.numerics import (
+    KERNEL_NAMES,
+    NUMERICS_LIMIT,
+    abs_deltas,
+    numerics,
+    numerics_line,
+)
 from hltools.e2e.plan import (
     AGREEMENT_PROMPTS,
     AGREEMENT_TOKENS,
     DEFAULT_CONCURRENCY,
     MAX_NUM_SEQS,
+    NUMERICS_PROMPTS,
+    NUMERICS_TOKENS,
     E2EOptions,
     RunSpec,
     e2e_stem,
@@ -81,6 +98,8 @@ from hltools.e2e.run import (
 from hltools.e2e.settings import (
     BASE_ENV,
     CACHE_VARS,
+    CONTROL_DISABLED_KERNELS,
+    CONTROL_ENV,
     DEFAULT_PLUGINS,
     EXCLUSIVE_ENV,
     EXTRA_SETTINGS,
@@ -88,6 +107,7 @@ from hltools.e2e.settings import (
     KERNEL_CACHE_VAR,
     PLUGINS,
     QUANT_CONFIGS,
+    TIMED_PLUGINS,
     TP_ENV,
     ExtraSetting,
     default_env,
@@ -100,12 +120,12 @@ from hltools.e2e.summary import (
     NOISY_SPREAD_PCT,
     STALL_SPREAD_PCT,
     SUMMARY_FIELDS,
-    agreement_lines,
     extra_settings,
     has_gemm,
     has_setting,
     helion_line,
     helion_ranks,
+    numerics_lines,
     spread_text,
     startup_table,
     summarize,
@@ -125,6 +145,9 @@ from hltools.e2e.worker import (
     main,
     measure_throughput,
     measure_ttft,
+    numerics_prompts,
+    prompt_logprobs,
+    record_numerics,
     worker_main,
 )
 
@@ -133,6 +156,8 @@ __all__ = [
     "AGREEMENT_TOKENS",
     "BASE_ENV",
     "CACHE_VARS",
+    "CONTROL_DISABLED_KERNELS",
+    "CONTROL_ENV",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_PLUGINS",
     "E2EOptions",
@@ -142,16 +167,21 @@ __all__ = [
     "ExtraSetting",
     "HELION_PLUGINS",
     "KERNEL_CACHE_VAR",
+    "KERNEL_NAMES",
     "Launcher",
     "MAX_NUM_SEQS",
     "NOISY_SPREAD_PCT",
+    "NUMERICS_LIMIT",
+    "NUMERICS_PROMPTS",
+    "NUMERICS_TOKENS",
     "PLUGINS",
     "QUANT_CONFIGS",
     "RunSpec",
     "STALL_SPREAD_PCT",
     "SUMMARY_FIELDS",
+    "TIMED_PLUGINS",
     "TP_ENV",
-    "agreement_lines",
+    "abs_deltas",
     "aux_capture_counts",
     "default_env",
     "dispatch_counts",
@@ -168,8 +198,14 @@ __all__ = [
     "main",
     "measure_throughput",
     "measure_ttft",
+    "numerics",
+    "numerics_line",
+    "numerics_lines",
+    "numerics_prompts",
     "plan_runs",
+    "prompt_logprobs",
     "quant_config",
+    "record_numerics",
     "run_e2e",
     "set_plugin",
     "shell_line",

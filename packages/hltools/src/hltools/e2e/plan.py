@@ -18,6 +18,10 @@ DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 MAX_NUM_SEQS = 32
 AGREEMENT_PROMPTS = 4
 AGREEMENT_TOKENS = 16
+#: The numerics check scores ``NUMERICS_PROMPTS`` fixed sequences of ``NUMERICS_TOKENS + 1`` token ids:
+#: the logprob of each token after the first, teacher-forced (vLLM's ``prompt_logprobs``).
+NUMERICS_PROMPTS = 8
+NUMERICS_TOKENS = 32
 
 
 def e2e_stem(model: str, fmt: str, tensor_parallel_size: int = 1) -> str:
@@ -94,7 +98,8 @@ class RunSpec:
 
 
 def plan_runs(workdir: Path, plugins: Sequence[str] = DEFAULT_PLUGINS, rounds: int = 2) -> list[RunSpec]:
-    """Runs in execution order: each round runs every plugin setting (alternating), round 0 cold."""
+    """Runs in execution order: each round runs every plugin setting (alternating), round 0 cold;
+    ``control`` (untimed: its logprobs are the same in every round) runs in round 0 only."""
     bad = [p for p in plugins if p not in PLUGINS]
     if bad or not plugins:
         raise ValueError(f"plugins must be among {list(PLUGINS)}; got {list(plugins)}")
@@ -111,6 +116,7 @@ def plan_runs(workdir: Path, plugins: Sequence[str] = DEFAULT_PLUGINS, rounds: i
         )
         for r in range(rounds)
         for p in dict.fromkeys(plugins)
+        if r == 0 or p != "control"
     ]
 
 

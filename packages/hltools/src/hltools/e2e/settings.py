@@ -1,5 +1,5 @@
-"""The plugin settings of ``hltools bench e2e`` (``off``, ``on`` and the extra settings ``gemm``,
-``aux``, ``fused``), the environment each engine run gets (:func:`worker_env`: compile caches, the
+"""The plugin settings of ``hltools bench e2e`` (``off``, ``on``, the extra settings ``gemm``,
+``aux``, ``fused``, and ``control``), the environment each engine run gets (:func:`worker_env`: compile caches, the
 plugin switch, tensor-parallel defaults), and the ``config.json`` the engine loads
 (:func:`engine_model_config`: the model's architecture with each format's ``quantization_config``).
 See :mod:`hltools.e2e` for what each setting measures.
@@ -68,12 +68,30 @@ EXTRA_SETTINGS: dict[str, ExtraSetting] = {
         ),
     )
 }
+#: The kernels the ``control`` setting disables: vLLM's first choice per format on an H100/H200 (vLLM
+#: 0.26, no FlashInfer), so vLLM's next one runs: fp8_dynamic ``CutlassFP8ScaledMMLinearKernel`` ->
+#: ``ChannelWiseTorchFP8ScaledMMLinearKernel`` (``torch._scaled_mm``, fp32 out, scales after);
+#: w8a8_int8 ``CutlassInt8ScaledMMLinearKernel`` -> ``TritonInt8ScaledMMLinearKernel``; block_fp8
+#: ``DeepGemmFp8BlockScaledMMKernel`` -> ``CutlassFp8BlockScaledMMKernel``. One list for every format
+#: (each name matches one format's kernel only).
+CONTROL_DISABLED_KERNELS = (
+    "CutlassFP8ScaledMMLinearKernel",
+    "CutlassInt8ScaledMMLinearKernel",
+    "DeepGemmFp8BlockScaledMMKernel",
+)
+#: What ``control`` sets on top of ``off``'s switch (replacing a ``VLLM_DISABLED_KERNELS`` of the caller).
+CONTROL_ENV = {"VLLM_DISABLED_KERNELS": ",".join(CONTROL_DISABLED_KERNELS)}
 #: Plugin settings (see the module docstring): ``off`` no plugin, ``on`` the plugin's defaults (Helion
 #: GEMMs only), then :data:`EXTRA_SETTINGS`: ``gemm`` Helion GEMMs only (``HL_AUX_KERNELS=none``),
-#: ``aux`` Helion GEMMs and aux kernels (``HL_AUX_KERNELS=all``), ``fused`` ``HL_AUX_FUSION=1``.
-PLUGINS = ("off", "on", *EXTRA_SETTINGS)
-#: What runs when no settings are named (``--plugins off,on``).
-DEFAULT_PLUGINS = ("off", "on")
+#: ``aux`` Helion GEMMs and aux kernels (``HL_AUX_KERNELS=all``), ``fused`` ``HL_AUX_FUSION=1``; last
+#: ``control``: no plugin, vLLM's second-choice kernel (:data:`CONTROL_ENV`), numerics only (untimed,
+#: round 0 only): the yardstick of the logprob check (:mod:`hltools.e2e.numerics`).
+PLUGINS = ("off", "on", *EXTRA_SETTINGS, "control")
+#: The settings whose engines are timed (all but ``control``).
+TIMED_PLUGINS = ("off", "on", *EXTRA_SETTINGS)
+#: What runs when no settings are named (``--plugins off,on,control``): the control costs one engine
+#: start (round 0, no timing) and gives the numerics check its yardstick.
+DEFAULT_PLUGINS = ("off", "on", "control")
 #: The settings that load the plugin with ``HL_LINEAR_BACKEND=helion`` (Helion GEMMs active).
 HELION_PLUGINS = ("on", *EXTRA_SETTINGS)
 #: Variables only the setting that names them carries (``HL_AUX_FUSION``): the others remove them.
@@ -155,7 +173,8 @@ def worker_env(
     set empty: off), and the plugin switch (:func:`set_plugin`): ``on`` sets ``HL_LINEAR_BACKEND=helion``,
     ``gemm`` that and ``HL_AUX_KERNELS=none``, ``aux`` that and ``HL_AUX_KERNELS=all``, ``fused`` that
     and ``HL_AUX_FUSION=1``, ``off`` sets ``VLLM_PLUGINS=`` (vLLM loads no general plugin) and drops
-    ``HL_LINEAR_BACKEND``."""
+    ``HL_LINEAR_BACKEND``, ``control`` does that and disables vLLM's first-choice kernels
+    (:data:`CONTROL_ENV`)."""
     env = dict(os.environ if base is None else base)
     default_env(env, tensor_parallel_size)
     for var, sub in CACHE_VARS.items():
@@ -175,8 +194,8 @@ def set_plugin(env: MutableMapping[str, str], plugin: str) -> None:
     variables: ``gemm`` ``HL_AUX_KERNELS=none`` (Helion GEMMs only), ``aux`` ``HL_AUX_KERNELS=all``
     (Helion GEMMs and aux kernels), ``fused`` ``HL_AUX_FUSION=1`` (the aux kernels with it, unless a
     user's ``HL_AUX_KERNELS`` says otherwise: kept); ``off`` -> ``VLLM_PLUGINS=`` and no
-    ``HL_LINEAR_BACKEND``. Every setting but ``fused`` removes an inherited ``HL_AUX_FUSION``
-    (:data:`EXCLUSIVE_ENV`)."""
+    ``HL_LINEAR_BACKEND``; ``control`` -> ``off``'s switch and :data:`CONTROL_ENV` (vLLM's second-choice
+    kernel). Every setting but ``fused`` removes an inherited ``HL_AUX_FUSION`` (:data:`EXCLUSIVE_ENV`)."""
     if plugin not in PLUGINS:
         raise ValueError(f"plugin must be one of {list(PLUGINS)}; got {plugin!r}")
     for var in EXCLUSIVE_ENV:
@@ -187,6 +206,8 @@ def set_plugin(env: MutableMapping[str, str], plugin: str) -> None:
             del env["VLLM_PLUGINS"]
         if plugin in EXTRA_SETTINGS:
             env.update(EXTRA_SETTINGS[plugin].env)
-    else:  # off
+    else:  # off, control
         env["VLLM_PLUGINS"] = ""
         env.pop("HL_LINEAR_BACKEND", None)
+        if plugin == "control":
+            env.update(CONTROL_ENV)

@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hltools.e2e.numerics import numerics, numerics_line
 from hltools.e2e.plan import AGREEMENT_PROMPTS, AGREEMENT_TOKENS
-from hltools.e2e.settings import EXTRA_SETTINGS, HELION_PLUGINS, PLUGINS, ExtraSetting
+from hltools.e2e.settings import EXTRA_SETTINGS, HELION_PLUGINS, PLUGINS, TIMED_PLUGINS, ExtraSetting
 from hltools.results import ResultTable, cell, provenance_text, write_csv, write_json, write_text
 
 
@@ -84,7 +85,9 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     with atomics in no fixed order, so they repeat bitwise only with ``HL_DETERMINISTIC=1``); the
     tensor-parallel size; per
     plugin run (``on``, ``gemm``, ``aux``, ``fused``), in how many ranks Helion was active
-    (:func:`helion_ranks`); the settings present (``plugins``, in :data:`PLUGINS` order)."""
+    (:func:`helion_ranks`); the settings present (``plugins``, in :data:`PLUGINS` order); the numerics
+    check (``numerics``: :func:`hltools.e2e.numerics.numerics`, None for runs without logprobs). The
+    untimed ``control`` runs count for ``numerics``, ``startup`` and ``plugins`` only."""
     by: dict[str, list[Mapping[str, Any]]] = {}
     for r in runs:
         by.setdefault(r["plugin"], []).append(r)
@@ -106,13 +109,14 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "tensor_parallel_size": sizes[0] if len(sizes) == 1 else sizes,
         "helion_ranks": helion,
         "plugins": [p for p in PLUGINS if p in by],
+        "numerics": numerics(by),
     }
 
 
 def _row(c: int, by: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, Any]:
     """:func:`summarize`'s row of concurrency ``c``: each setting's medians and spreads, the ratios."""
     row: dict[str, Any] = {"concurrency": c}
-    for p in PLUGINS:
+    for p in TIMED_PLUGINS:
         pts = [r["throughput"][str(c)] for r in by.get(p, []) if str(c) in r.get("throughput", {})]
         row[f"tokens_per_s_{p}"] = _median([t["tokens_per_s"] for t in pts])
         row[f"tpot_ms_{p}"] = _median([t["tpot_ms"] for t in pts])
@@ -135,7 +139,7 @@ def _ttft(by: Mapping[str, list[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     rows = []
     for n in lengths:
         row: dict[str, Any] = {"input_len": n}
-        for p in PLUGINS:
+        for p in TIMED_PLUGINS:
             samples = sorted(
                 x for r in by.get(p, []) for x in (r.get("ttft") or {}).get(str(n), {}).get("samples_ms", ())
             )
@@ -319,8 +323,9 @@ def startup_table(summary: Mapping[str, Any]) -> ResultTable:
 def summary_parts(summary: Mapping[str, Any], title: str = "") -> list[ResultTable | str]:
     """What an e2e result shows, in order, the same in its markdown (:func:`summary_markdown`) and on
     the terminal (``bench e2e``, ``bench report``): a legend when an extra setting ran, the throughput
-    table (``title``; with TTFT), the repeats' spread, TTFT alone per prompt length, start-up, greedy
-    agreement with the no-plugin run and of warm restarts, Helion per rank. With runs of an extra
+    table (``title``; with TTFT), the repeats' spread, TTFT alone per prompt length, start-up, the
+    numerics check (:func:`numerics_lines`; results without logprobs: greedy agreement with the
+    no-plugin run) and the agreement of warm restarts, Helion per rank. With runs of an extra
     setting (:func:`extra_settings`: ``gemm``, ``aux``, ``fused``), columns for it (headed by its
     label, "GEMM only", "GEMM+aux", "fused aux") follow the ``off``/``on`` ones."""
     extras = extra_settings(summary)
@@ -338,17 +343,22 @@ def summary_parts(summary: Mapping[str, Any], title: str = "") -> list[ResultTab
     if (ttft := ttft_table(summary)) is not None:
         parts.append(ttft)
     parts.append(startup_table(summary))
-    parts += agreement_lines(summary)
+    parts += numerics_lines(summary)
     if summary.get("helion_ranks"):
         parts.append(helion_line(summary["helion_ranks"]))
     return parts
 
 
-def agreement_lines(summary: Mapping[str, Any]) -> list[str]:
-    """The greedy agreement of the plugin's runs with the no-plugin run, and of each warm restart
-    with its setting's cold run (each line only when there is something to compare)."""
+def numerics_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The numerics check (:func:`hltools.e2e.numerics.numerics_line`: |Δlogprob| of each setting and
+    of the control against vLLM, the 2x verdict) and the greedy agreement of each warm restart with
+    its setting's cold run. Results without logprobs (older files) show the greedy agreement of the
+    plugin's runs with the no-plugin run in its place, as they always did (each line only when there
+    is something to compare)."""
     lines = []
-    if summary.get("greedy_agreement"):
+    if summary.get("numerics"):
+        lines.append(numerics_line(summary["numerics"]))
+    elif summary.get("greedy_agreement"):
         agree = ", ".join(f"{k}: {v}" for k, v in summary["greedy_agreement"].items())
         lines.append(
             f"Greedy agreement with the no-plugin run ({AGREEMENT_PROMPTS} prompts x {AGREEMENT_TOKENS} "

@@ -1,8 +1,8 @@
 """The worker of ``hltools bench e2e`` (on the GPU): one engine run per process,
 ``python -m hltools.e2e worker ...`` (:func:`main`, :func:`worker_main`). It builds ``vllm.LLM`` with
 dummy weights, fills them with seeded values (:func:`fill_weights`), records the kernels vLLM chose
-and what the plugin captured in every tensor-parallel rank, and times ``generate``
-(:func:`measure_throughput`). See :mod:`hltools.e2e` for the method.
+and what the plugin captured in every tensor-parallel rank, records teacher-forced logprobs of fixed
+sequences (:func:`record_numerics`) and times ``generate`` (:func:`measure_throughput`). See :mod:`hltools.e2e` for the method.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ from hltools.e2e.plan import (
     AGREEMENT_TOKENS,
     DEFAULT_CONCURRENCY,
     MAX_NUM_SEQS,
+    NUMERICS_PROMPTS,
+    NUMERICS_TOKENS,
     E2EOptions,
 )
-from hltools.e2e.settings import HELION_PLUGINS, PLUGINS, TP_ENV, default_env, set_plugin
+from hltools.e2e.settings import HELION_PLUGINS, PLUGINS, TIMED_PLUGINS, TP_ENV, default_env, set_plugin
 from hltools.results import VERSION_DISTS
 
 
@@ -112,6 +114,33 @@ def _prompts(n: int, length: int, vocab: int, seed: int) -> list[dict[str, list[
     rng = random.Random(seed)
     hi = max(4, min(vocab, 32000)) - 1
     return [{"prompt_token_ids": [rng.randint(3, hi) for _ in range(length)]} for _ in range(n)]
+
+
+def numerics_prompts(vocab: int, seed: int) -> list[dict[str, list[int]]]:
+    """The sequences the numerics check scores: :data:`NUMERICS_PROMPTS` lists of
+    :data:`NUMERICS_TOKENS` + 1 seeded token ids (the same in every run of one seed and vocabulary)."""
+    return _prompts(NUMERICS_PROMPTS, NUMERICS_TOKENS + 1, vocab, seed)
+
+
+def prompt_logprobs(outputs) -> list[list[float]]:
+    """Per ``vllm.RequestOutput`` of a ``prompt_logprobs=0`` request, the logprob of each prompt token
+    after the first given the tokens before it (teacher forcing: every engine scores the same tokens,
+    whatever it would have generated). vLLM gives position 0 no logprob."""
+    rows = []
+    for o in outputs:
+        ids, lps = list(o.prompt_token_ids), o.prompt_logprobs
+        rows.append([float(lps[i][ids[i]].logprob) for i in range(1, len(ids))])
+    return rows
+
+
+def record_numerics(generate, sampling_params, vocab: int, seed: int) -> dict[str, Any]:
+    """The numerics record of one run: ``generate(prompts, params)`` (``vllm.LLM.generate``) of
+    :func:`numerics_prompts` with ``sampling_params(max_tokens=1, prompt_logprobs=0, ...)``; returns
+    ``{"prompts", "tokens", "seed", "logprobs"}`` (``logprobs``: one list of ``tokens`` floats per
+    prompt, :func:`prompt_logprobs`). :mod:`hltools.e2e.numerics` compares them between runs."""
+    sp = sampling_params(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+    logprobs = prompt_logprobs(generate(numerics_prompts(vocab, seed), sp))
+    return {"prompts": NUMERICS_PROMPTS, "tokens": NUMERICS_TOKENS, "seed": seed, "logprobs": logprobs}
 
 
 def measure_throughput(
@@ -214,30 +243,10 @@ def worker_main(args: argparse.Namespace) -> int:
     )
     vocab = int(config.get("vocab_size", 32000))
 
-    def generate(prompts, max_tokens: int) -> int:
-        sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
-        outs = llm.generate(prompts, sp, use_tqdm=False)
-        return sum(len(o.outputs[0].token_ids) for o in outs)
-
     def progress(line: str) -> None:
         print(f"[hltools] {time.perf_counter() - t0:.1f} s: {line}", flush=True)
 
-    t1 = time.perf_counter()
-    greedy_sp = SamplingParams(
-        max_tokens=AGREEMENT_TOKENS, temperature=0.0, ignore_eos=True, detokenize=False
-    )
-    outs = llm.generate(_prompts(AGREEMENT_PROMPTS, 16, vocab, options.seed + 1), greedy_sp, use_tqdm=False)
-    greedy = [list(o.outputs[0].token_ids) for o in outs]
-    progress(f"greedy prompts done in {time.perf_counter() - t1:.1f} s")
-    throughput = measure_throughput(
-        generate,
-        lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c),
-        options,
-        progress=progress,
-    )
-    ttft = measure_ttft(generate, lambda n: _prompts(1, n, vocab, options.seed + 7 + n), options)
-    if ttft:
-        progress(f"TTFT alone: { {n: round(t['ttft_ms'], 2) for n, t in ttft.items()} } ms")
+    measured = _measure(llm, SamplingParams, args.plugin, options, vocab, progress)
     helion_on = args.plugin in HELION_PLUGINS  # on, gemm, aux and fused load the plugin with Helion GEMMs
     captured_by_rank = list(llm.apply_model(rank_fns.dispatch_counts)) if helion_on else []
     # on and gemm (no aux kernel) record them too: they should show no aux op on Helion's path
@@ -252,14 +261,47 @@ def worker_main(args: argparse.Namespace) -> int:
         "captured": captured_by_rank[0] if captured_by_rank else {},
         "captured_by_rank": captured_by_rank,
         "aux_captured_by_rank": aux_by_rank,
-        "greedy": greedy,
-        "throughput": throughput,
-        "ttft": ttft,
+        **measured,
     }
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    summary = {c: round(t["tokens_per_s"], 1) for c, t in throughput.items()}
+    summary = {c: round(t["tokens_per_s"], 1) for c, t in measured["throughput"].items()}
     print(f"[hltools] plugin {args.plugin}: start-up {startup_s:.1f} s; tokens/s {summary}", flush=True)
     return 0
+
+
+def _measure(llm, sampling_params, plugin: str, options: E2EOptions, vocab: int, progress) -> dict[str, Any]:
+    """What one engine measures: ``greedy`` tokens of :data:`AGREEMENT_PROMPTS` short prompts,
+    ``numerics`` (:func:`record_numerics`), and, for the timed settings (all but ``control``),
+    ``throughput`` (:func:`measure_throughput`) and ``ttft`` (:func:`measure_ttft`); ``{}`` for those
+    two in a ``control`` run."""
+
+    def generate(prompts, max_tokens: int) -> int:
+        sp = sampling_params(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, detokenize=False)
+        outs = llm.generate(prompts, sp, use_tqdm=False)
+        return sum(len(o.outputs[0].token_ids) for o in outs)
+
+    t1 = time.perf_counter()
+    greedy_sp = sampling_params(
+        max_tokens=AGREEMENT_TOKENS, temperature=0.0, ignore_eos=True, detokenize=False
+    )
+    outs = llm.generate(_prompts(AGREEMENT_PROMPTS, 16, vocab, options.seed + 1), greedy_sp, use_tqdm=False)
+    greedy = [list(o.outputs[0].token_ids) for o in outs]
+    numerics = record_numerics(
+        lambda p, sp: llm.generate(p, sp, use_tqdm=False), sampling_params, vocab, options.seed + 3
+    )
+    progress(f"greedy and numerics prompts done in {time.perf_counter() - t1:.1f} s")
+    if plugin not in TIMED_PLUGINS:
+        return {"greedy": greedy, "numerics": numerics, "throughput": {}, "ttft": {}}
+    throughput = measure_throughput(
+        generate,
+        lambda c: _prompts(c, options.input_len, vocab, options.seed + 100 + c),
+        options,
+        progress=progress,
+    )
+    ttft = measure_ttft(generate, lambda n: _prompts(1, n, vocab, options.seed + 7 + n), options)
+    if ttft:
+        progress(f"TTFT alone: { {n: round(t['ttft_ms'], 2) for n, t in ttft.items()} } ms")
+    return {"greedy": greedy, "numerics": numerics, "throughput": throughput, "ttft": ttft}
 
 
 #: The environment variables a run records (what decided its kernels).
@@ -275,6 +317,7 @@ RECORDED_ENV = (
     "VLLM_USE_DEEP_GEMM",
     "VLLM_DEEP_GEMM_WARMUP",
     "DG_JIT_CACHE_DIR",
+    "VLLM_DISABLED_KERNELS",
     *TP_ENV,
 )
 
@@ -333,8 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=PLUGINS,
         required=True,
         help="off, on (the plugin's defaults: Helion GEMMs only), gemm (Helion GEMMs only, "
-        "HL_AUX_KERNELS=none), aux (Helion GEMMs and aux kernels, HL_AUX_KERNELS=all) or fused "
-        "(HL_AUX_FUSION=1: the aux kernels fused with the fp8 quant)",
+        "HL_AUX_KERNELS=none), aux (Helion GEMMs and aux kernels, HL_AUX_KERNELS=all), fused "
+        "(HL_AUX_FUSION=1: the aux kernels fused with the fp8 quant) or control (no plugin, vLLM's "
+        "second-choice kernel via VLLM_DISABLED_KERNELS; logprobs only, untimed)",
     )
     w.add_argument("--model-dir", required=True)
     w.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)))
