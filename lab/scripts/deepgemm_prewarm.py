@@ -28,8 +28,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16384)
     args = ap.parse_args()
     os.environ["VLLM_DEEP_GEMM_WARMUP"] = "relax"
-    from hltools import shapes  # noqa: PLC0415 (GPU-machine script)
     from vllm.model_executor.warmup import deep_gemm_warmup as dgw  # noqa: PLC0415
+
+    from hltools import shapes  # noqa: PLC0415 (GPU-machine script)
 
     for shape in shapes.linear_shapes(shapes.load_model_config(args.model)):
         n, k = shape.n, shape.k
