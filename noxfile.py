@@ -1,12 +1,16 @@
-"""Sessions: ``lint`` and ``tests`` (CPU, default), ``gpu_tests`` and ``bench`` (on a CUDA GPU).
+"""Sessions: ``lint`` and ``tests`` (CPU, default), ``tests_vllm033`` (CPU, vLLM 0.33), ``gpu_tests``
+and ``bench`` (on a CUDA GPU).
 
-All sessions run in the current environment (``venv_backend="none"``): ``uv sync --frozen`` makes
-it for development, and the GPU machine runs them in its existing Python with no installs (the
-packages' ``src`` folders are put on ``PYTHONPATH`` when they are not installed).
+All sessions but ``tests_vllm033`` run in the current environment (``venv_backend="none"``): ``uv
+sync --frozen`` makes it for development, and the GPU machine runs them in its existing Python with
+no installs (the packages' ``src`` folders are put on ``PYTHONPATH`` when they are not installed).
+``tests_vllm033`` makes its own virtual environment (``.nox/tests_vllm033``, with uv) holding vLLM
+0.33 and the torch and helion it runs with, outside the lock.
 """
 
 import importlib.util
 import os
+import tomllib
 from pathlib import Path
 
 import nox
@@ -63,6 +67,84 @@ def tests(session: nox.Session) -> None:
         *session.posargs,
         env={**env, "HL_TEST_INTERPRET": "helion"},
     )
+
+
+#: The second supported vLLM (CPU-tested only) and what it runs with: vllm 0.33.0 pins torch 2.14.0;
+#: helion 1.5.1 is the helion release for that torch (vLLM's own ``helion`` extra asks for 1.4.0).
+VLLM033 = ["vllm==0.33.0", "helion==1.5.1"]
+#: vLLM 0.33's CUDA-only kernel libraries, never imported by the CPU tests (vLLM imports them lazily,
+#: behind availability checks): left out of the environment to save GBs of downloads. torch's own
+#: CUDA libraries stay (torch's default Linux wheel loads them at import).
+VLLM033_EXCLUDES = [
+    "flashinfer-python",
+    "nvidia-cutlass-dsl",
+    "quack-kernels",
+    "tilelang",
+    "humming-kernels",
+    "pynvvideocodec",
+    "tokenspeed-mla",
+    "nvidia-cudnn-frontend",
+    "fastsafetensors",
+    "instanttensor",
+    "torchcodec",
+    "torchaudio",
+    "torchvision",
+]
+#: The tests run against vLLM 0.33: all of hlvllm's CPU tests except test_install.py, which installs
+#: the hlvllm wheel with the lock's versions as constraints (vLLM 0.26) and so tests the lock, not
+#: vLLM 0.33 (it runs in ``tests``).
+VLLM033_TESTS = ["packages/hlvllm/tests", "--ignore=packages/hlvllm/tests/test_install.py"]
+
+
+def _locked(*names: str) -> list[str]:
+    """``name==version`` of each package as ``uv.lock`` pins it (the test tools, same as ``tests``)."""
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    versions = {p["name"]: p["version"] for p in lock["package"] if "version" in p}
+    return [f"{n}=={versions[n]}" for n in names]
+
+
+@nox.session(venv_backend="uv")
+def tests_vllm033(session: nox.Session) -> None:
+    """hlvllm's CPU tests against vLLM 0.33.0 (torch 2.14, helion 1.5.1) in a fresh uv environment:
+    vLLM's wheel and its dependencies (less :data:`VLLM033_EXCLUDES`), hlcore and hlvllm editable
+    with their declared dependencies (so their metadata must admit this stack), the test tools at the
+    lock's versions; then pytest as ``tests`` runs it (Triton's interpreter). Posargs go to pytest
+    (e.g. ``-- packages/hlvllm/tests/test_plugin.py`` runs one file instead of :data:`VLLM033_TESTS`).
+    vLLM 0.26 (the lock) is tested by ``tests`` and on the GPU machine; 0.33 only here."""
+    excludes = Path(session.create_tmp()) / "vllm033-excludes.txt"
+    excludes.write_text("\n".join(VLLM033_EXCLUDES) + "\n")
+    session.install(
+        "--excludes",
+        str(excludes),
+        *VLLM033,
+        "-e",
+        str(ROOT / "packages" / "hlcore"),
+        "-e",
+        str(ROOT / "packages" / "hlvllm"),
+        *_locked("pytest", "pytest-xdist", "pytest-timeout", "hypothesis"),
+    )
+    session.run("python", "-c", VERSIONS_033)
+    workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto")]
+    tests = list(session.posargs) or VLLM033_TESTS
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-m",
+        "not gpu",
+        *workers,
+        *tests,
+        env={"HL_TEST_INTERPRET": "triton"},
+    )
+
+
+# Fails the session early when the environment is not the one it says it tests.
+VERSIONS_033 = """
+import importlib.metadata as md
+v = {n: md.version(n) for n in ("vllm", "torch", "helion", "triton", "hlcore", "hlvllm")}
+print("tests_vllm033:", ", ".join(f"{n} {x}" for n, x in v.items()))
+assert v["vllm"] == "0.33.0" and v["helion"] == "1.5.1" and v["torch"].startswith("2.14."), v
+"""
 
 
 @nox.session

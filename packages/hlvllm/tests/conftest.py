@@ -1,7 +1,13 @@
-"""Fixtures for testing the plugin against the real vLLM 0.26 package on the CPU."""
+"""Fixtures for testing the plugin against the real vLLM package (0.26, or 0.33 in ``nox -s
+tests_vllm033``) on the CPU."""
 
 import pytest
 import torch
+
+
+def cutlass_supports_fp8(capability: int) -> bool:
+    """Stand-in for vLLM's ``torch.ops._C.cutlass_scaled_mm_supports_fp8`` (CUDA >= 12.4 build)."""
+    return capability >= 89
 
 
 @pytest.fixture
@@ -44,6 +50,10 @@ def hl_env(monkeypatch, tmp_path_factory):
     aux_ops.reset()
     support._declined.clear()
     support._warned_reasons.clear()
+    # vLLM 0.33's CUTLASS FP8 kernel asks torch.ops._C.cutlass_scaled_mm_supports_fp8 in is_supported
+    # (and its online-FP8 module at import); 0.26 read a constant computed at import, on the CPU False.
+    # There is no vllm._C here: when a test pretends to be CUDA, answer as vLLM's CUDA build does.
+    monkeypatch.setattr(torch.ops._C, "cutlass_scaled_mm_supports_fp8", cutlass_supports_fp8, raising=False)
     yield monkeypatch
     for table, kernels in zip(tables, saved, strict=True):
         table[PlatformEnum.CUDA] = kernels

@@ -154,13 +154,14 @@ def test_default_builds_vllms_layers_and_helion_gemms(
 
     from hlvllm import aux_ops
     from hlvllm.plugin import register
+    from hlvllm.vllm_compat import choose_scaled_mm_kernel
 
     register()
     RMSNorm, SiluAndMul, QuantFP8, GroupShape = _vllm_classes()
     norm, act, quant = RMSNorm(64), SiluAndMul(), QuantFP8(False, GroupShape.PER_TOKEN)
     assert (type(norm), type(act), type(quant)) == (RMSNorm, SiluAndMul, QuantFP8)
     cfg = fp8_layer_config(256, 128)
-    kernel_cls = vllm_linear.choose_scaled_mm_linear_kernel(cfg, vllm_linear._POSSIBLE_FP8_KERNELS)
+    kernel_cls = choose_scaled_mm_kernel(cfg, vllm_linear._POSSIBLE_FP8_KERNELS)
     assert kernel_cls.__name__ == "HelionFP8ScaledMMLinearKernel"
     names = ["weight", "weight_scale", "input_scale", "input_scale_ub"]
     assert type(kernel_cls(cfg, names).quant_fp8) is QuantFP8
@@ -262,9 +263,10 @@ def test_fp8_linear_kernel_chosen_by_vllm_quantizes_with_hlvllm(aux, fp8_layer_c
     from vllm.model_executor.kernels.linear.scaled_mm.cutlass import CutlassFP8ScaledMMLinearKernel
 
     from hlvllm.aux_layers import HelionQuantFP8
+    from hlvllm.vllm_compat import choose_scaled_mm_kernel
 
     cfg = fp8_layer_config(256, 128)
-    kernel_cls = vllm_linear.choose_scaled_mm_linear_kernel(cfg, vllm_linear._POSSIBLE_FP8_KERNELS)
+    kernel_cls = choose_scaled_mm_kernel(cfg, vllm_linear._POSSIBLE_FP8_KERNELS)
     names = ["weight", "weight_scale", "input_scale", "input_scale_ub"]
     for cls in (kernel_cls, CutlassFP8ScaledMMLinearKernel):
         quant = cls(cfg, names).quant_fp8

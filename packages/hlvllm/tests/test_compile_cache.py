@@ -55,7 +55,9 @@ def cache_key(hl_env):
         envs.environment_variables.pop(COMPILE_FACTOR, None)  # what a process that never loaded it has
         if load_plugin:
             plugin.register()
-        return tuple(aot_compile_hash_factors(VllmConfig(device_config=DeviceConfig(device="cpu"))))
+        factors = aot_compile_hash_factors(VllmConfig(device_config=DeviceConfig(device="cpu")))
+        # vLLM 0.33 appends Inductor's config dicts (VLLM_USE_MEGA_AOT_ARTIFACT, on by default there)
+        return tuple(f if isinstance(f, str) else repr(f) for f in factors)
 
     return key
 

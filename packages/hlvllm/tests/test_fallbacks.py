@@ -151,15 +151,14 @@ def chooser(cuda_like, graphs_on_config):
 
     import hlvllm.support as support
     from hlvllm.plugin import register
+    from hlvllm.vllm_compat import choose_scaled_mm_kernel
 
     register()
 
     def choose(table: str, config) -> str:
         """The chosen kernel's class name, or vLLM's error when no kernel takes the layer."""
         try:
-            kernel = vllm_linear.choose_scaled_mm_linear_kernel(
-                config, getattr(vllm_linear, TABLES[table][0])
-            )
+            kernel = choose_scaled_mm_kernel(config, getattr(vllm_linear, TABLES[table][0]))
         except ValueError as exc:
             assert "Failed to find a kernel" in str(exc)
             return "ValueError"

@@ -107,19 +107,23 @@ def test_vllm_chooser_picks_helion_kernel_when_supported(hl_env, graphs_on_confi
     """vLLM's own chooser returns our kernel first, and skips it when disabled by VLLM_DISABLED_KERNELS."""
     from vllm.model_executor.kernels import linear as vllm_linear
     from vllm.platforms import PlatformEnum, current_platform
+    from vllm.platforms.interface import DeviceCapability
 
     from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
     from hlvllm.plugin import register
+    from hlvllm.vllm_compat import choose_scaled_mm_kernel
 
     register()
     hl_env.setattr(current_platform, "is_cuda", lambda: True)
     hl_env.setattr(current_platform, "_enum", PlatformEnum.CUDA)
-    chosen = vllm_linear.choose_scaled_mm_linear_kernel(
+    # vLLM 0.33's CUTLASS kernel (the one chosen when ours is disabled) asks the device's capability
+    hl_env.setattr(current_platform, "get_device_capability", lambda device_id=0: DeviceCapability(9, 0))
+    chosen = choose_scaled_mm_kernel(
         fp8_layer_config(), vllm_linear._POSSIBLE_FP8_KERNELS, compute_capability=90
     )
     assert chosen is HelionFP8ScaledMMLinearKernel
     hl_env.setattr(vllm_linear.envs, "VLLM_DISABLED_KERNELS", ["HelionFP8ScaledMMLinearKernel"])
-    chosen = vllm_linear.choose_scaled_mm_linear_kernel(
+    chosen = choose_scaled_mm_kernel(
         fp8_layer_config(), vllm_linear._POSSIBLE_FP8_KERNELS, compute_capability=90
     )
     assert chosen is not HelionFP8ScaledMMLinearKernel

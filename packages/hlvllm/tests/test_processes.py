@@ -37,6 +37,8 @@ from vllm.model_executor.kernels import linear as L  # before the platform is fa
 from vllm.model_executor.custom_op import op_registry_oot
 from vllm.platforms import PlatformEnum
 
+from hlvllm.vllm_compat import choose_scaled_mm_kernel  # vLLM's chooser, as vLLM calls it
+
 warnings = []
 
 
@@ -72,6 +74,8 @@ def model_build():
     current_platform._enum = PlatformEnum.CUDA
     current_platform.is_cuda = lambda: True
     current_platform.get_device_capability = lambda device_id=0: DeviceCapability(9, 0)
+    if not hasattr(torch.ops._C, "cutlass_scaled_mm_supports_fp8"):  # vLLM 0.33's CUTLASS probe; no vllm._C here
+        torch.ops._C.cutlass_scaled_mm_supports_fp8 = lambda capability: capability >= 89
     cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
     cfg.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
     cfg.compilation_config.max_cudagraph_capture_size = 64
@@ -83,7 +87,7 @@ def model_build():
         out_dtype=torch.bfloat16,
     )
     with set_current_vllm_config(cfg):
-        chosen = [L.choose_scaled_mm_linear_kernel(layer, L._POSSIBLE_FP8_KERNELS).__name__ for _ in range(2)]
+        chosen = [choose_scaled_mm_kernel(layer, L._POSSIBLE_FP8_KERNELS).__name__ for _ in range(2)]
         norm = RMSNorm(64)
     current_platform._enum, current_platform.is_cuda, current_platform.get_device_capability = saved
     return chosen, [type(norm).__name__, getattr(norm, "implementation", "vllm")]
