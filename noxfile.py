@@ -45,7 +45,7 @@ def tests(session: nox.Session) -> None:
     Helion's eager reference mode (the two modes cannot share a process)."""
     env = _env()
     # pytest-xdist: one worker per CPU (HL_TEST_WORKERS overrides; 0 = in-process)
-    workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto")]
+    workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto"), "--dist", "worksteal"]
     session.run(
         "python",
         "-m",
@@ -114,6 +114,7 @@ def tests_vllm033(session: nox.Session) -> None:
     excludes = Path(session.create_tmp()) / "vllm033-excludes.txt"
     excludes.write_text("\n".join(VLLM033_EXCLUDES) + "\n")
     session.install(
+        "--compile-bytecode",  # see .ci/run: no process of the session compiles the sources again
         "--excludes",
         str(excludes),
         *VLLM033,
@@ -124,7 +125,7 @@ def tests_vllm033(session: nox.Session) -> None:
         *_locked("pytest", "pytest-xdist", "pytest-timeout", "hypothesis"),
     )
     session.run("python", "-c", VERSIONS_033)
-    workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto")]
+    workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto"), "--dist", "worksteal"]
     tests = list(session.posargs) or VLLM033_TESTS
     session.run(
         "python",
