@@ -44,7 +44,13 @@ def tests(session: nox.Session) -> None:
     """CPU tests: every package with kernels in Triton's interpreter, then the kernel tests again in
     Helion's eager reference mode (the two modes cannot share a process)."""
     env = _env()
-    # pytest-xdist: one worker per CPU (HL_TEST_WORKERS overrides; 0 = in-process)
+    _cpu_pytest(session, "triton", session.posargs, env)
+    _cpu_pytest(session, "helion", ["packages/hlcore/tests", *session.posargs], env)
+
+
+def _cpu_pytest(session: nox.Session, interpret: str, args: list[str], env: dict[str, str]) -> None:
+    """``pytest -m "not gpu" ARGS`` with the kernels in ``interpret`` mode (``HL_TEST_INTERPRET``), one
+    xdist worker per CPU (``HL_TEST_WORKERS`` overrides; 0 = in-process), work stealing between them."""
     workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto"), "--dist", "worksteal"]
     session.run(
         "python",
@@ -53,19 +59,8 @@ def tests(session: nox.Session) -> None:
         "-m",
         "not gpu",
         *workers,
-        *session.posargs,
-        env={**env, "HL_TEST_INTERPRET": "triton"},
-    )
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "packages/hlcore/tests",
-        "-m",
-        "not gpu",
-        *workers,
-        *session.posargs,
-        env={**env, "HL_TEST_INTERPRET": "helion"},
+        *args,
+        env={**env, "HL_TEST_INTERPRET": interpret},
     )
 
 
@@ -125,18 +120,7 @@ def tests_vllm033(session: nox.Session) -> None:
         *_locked("pytest", "pytest-xdist", "pytest-timeout", "hypothesis"),
     )
     session.run("python", "-c", VERSIONS_033)
-    workers = ["-n", os.environ.get("HL_TEST_WORKERS", "auto"), "--dist", "worksteal"]
-    tests = list(session.posargs) or VLLM033_TESTS
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-m",
-        "not gpu",
-        *workers,
-        *tests,
-        env={"HL_TEST_INTERPRET": "triton"},
-    )
+    _cpu_pytest(session, "triton", list(session.posargs) or VLLM033_TESTS, {})
 
 
 # Fails the session early when the environment is not the one it says it tests.
