@@ -100,6 +100,11 @@ def _interleaved(fns: dict, args, rounds: int) -> dict:
     return loops
 
 
+def _code_lines(text: str) -> list[str]:
+    """Generated code without comment lines (the AOT id, the source nodes' names)."""
+    return [line for line in text.splitlines() if not line.strip().startswith("#")]
+
+
 def _paired(a: list[float], b: list[float]) -> dict:
     """Median and p20-p80 of the per-round differences ``a - b`` (µs)."""
     d = sorted(x - y for x, y in zip(a, b, strict=True))
@@ -230,6 +235,10 @@ def main() -> None:
     )
     if "vllm" in codes and "lowered" in codes:
         print("lowered code == vllm code (byte for byte):", codes["vllm"]["text"] == codes["lowered"]["text"])
+        print(
+            "lowered code == vllm code (without comments, e.g. the AOT id and source-node names):",
+            _code_lines(codes["vllm"]["text"]) == _code_lines(codes["lowered"]["text"]),
+        )
     print("every variant (and the eager rows) is called inside the same pass_context + Inductor config patch")
 
 
