@@ -65,6 +65,7 @@ def _check_passing_run(result, payload, ms):
     """Exit 0, one PASS row per (layer, M) in the table and the JSON, errors within tolerance.
     Under HL_TEST_GPU=1 the CLI runs the compiled kernels on full shapes and also times them."""
     assert result.exit_code == 0, result.output
+    assert payload["metadata"]["model_source"].endswith("config.json")  # where --model resolved to
     gpu = payload["metadata"]["mode"] == "gpu"
     if not gpu:
         assert "interpret mode" in result.output and "divided by 4" in result.output

@@ -65,7 +65,8 @@ def validate(
 
     dtype = out_dtype.torch_dtype
     metadata: dict[str, Any] = {
-        "model": model, "tp": tp, "out_dtype": out_dtype.value, "formats": fmts, "num_tokens": tokens,
+        "model": model, "model_source": source.source, "tp": tp, "out_dtype": out_dtype.value,
+        "formats": fmts, "num_tokens": tokens,
         "seed": seed, "versions": versions(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": opt.command_line(), "commit": git_commit(),
     }  # fmt: skip
