@@ -8,7 +8,8 @@
 #       side, cold then warm, and a third FP8 TTFT pair in ABBA order (lab/scripts/startup_ttft.py).
 #   P   DeepGEMM's JIT cache for Qwen3-8B (all four shapes: ~4 min), then S2 in the same machine:
 #   S2  Block_FP8 TTFT in ABBA order (both engines on the warm DeepGEMM cache).
-#   K1, K2, K3  the shipped marks from three processes, then the report of the third.
+#   K1, K2, K3  the shipped marks from three processes (Helion vs vLLM's kernel only), then the report
+#       of the third; `hltools configs from-bench` re-derives the marks from the three.
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-08.sh N1|N2|S1|P|S2|K1|K2|K3
 set -u
@@ -35,7 +36,11 @@ S2)
     sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-block.log"
     ;;
 K1 | K2 | K3)
-    kb marks-${phase#K} qwen3-1.7b,qwen3-4b,qwen3-8b,qwen3-14b,qwen3-32b,llama-3.1-8b all
+    # Helion vs vLLM's kernel only (--baselines vllm: the marks need no torch._scaled_mm column, a
+    # third of the timing); K2 and K3 on the same machine find K1's kernels in the caches
+    run marks-${phase#K} python3 -m hltools bench kernels --model \
+        qwen3-1.7b,qwen3-4b,qwen3-8b,qwen3-14b,qwen3-32b,llama-3.1-8b --formats all --baselines vllm \
+        --no-plots --jobs 16 --output "$O/marks-${phase#K}"
     if [ "$phase" = K3 ]; then
         run report-3 60 python3 -m hltools bench report "$O/marks-3"
         tail -20 "$O/report-3.log"
