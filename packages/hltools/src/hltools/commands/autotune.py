@@ -53,6 +53,14 @@ List = Annotated[
         "kernel) and exit; needs no GPU.",
     ),
 ]
+Gpus = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Tune on this many local GPUs at once, one worker process each, keys dealt round-robin "
+        "(default: every visible GPU; the GPUs must be of one kind). A stopped run resumes.",
+    ),
+]
 Gpu = Annotated[
     str | None,
     typer.Option(
@@ -76,6 +84,7 @@ def autotune(
     force: Force = False,
     list_: List = False,
     gpu: Gpu = None,
+    gpus: Gpus = None,
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -123,8 +132,13 @@ def autotune(
     at.apply_benchmark_env()
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
-    run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
-    summary = _tune(out, keys, path, at.TuneOptions(effort=effort.value, seed=seed), run)
+    options = at.TuneOptions(effort=effort.value, seed=seed)
+    gpu_ids = _local_gpus(gpus)
+    if len(gpu_ids) > 1:
+        summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
+    else:
+        run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
+        summary = _tune(out, keys, path, options, run)
     out.print(at.summary_table(summary).rich())
     counts = ", ".join(f"{summary.count(c)} {c}" for c in ("tuned", "skipped", "failed", "not run"))
     out.print(f"{counts} -> {path}", style="bold red" if summary.failed else "bold green")
@@ -152,6 +166,35 @@ def _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minut
     parts += ["--output", str(output)]
     parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
     return shlex.join(parts)
+
+
+def _local_gpus(count: int | None) -> list[str]:
+    """The CUDA device ids (as ``CUDA_VISIBLE_DEVICES`` names them) of the first ``count`` visible
+    GPUs (all when None); more than are visible is a bad ``--gpus`` (exit 2)."""
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    ids = [g.strip() for g in visible.split(",") if g.strip()] if visible else []
+    ids = ids[: torch.cuda.device_count()] or [str(i) for i in range(torch.cuda.device_count())]
+    if count is not None and count > len(ids):
+        raise typer.BadParameter(f"{count} GPUs asked for, {len(ids)} visible", param_hint="--gpus")
+    return ids if count is None else ids[:count]
+
+
+def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force, budget):
+    """:func:`hltools.autotune_shards.run_sharded` on ``gpu_ids``, a status line per key from each
+    worker; exit 2 when the run cannot start."""
+    from hltools import autotune as at
+    from hltools import autotune_shards
+
+    out.print(f"{len(keys)} keys over {len(gpu_ids)} GPUs ({', '.join(gpu_ids)}), one worker process each")
+    try:
+        return autotune_shards.run_sharded(
+            keys, path, gpu_ids, options=options, metadata=meta, force=force, budget_seconds=budget
+        )
+    except at.AutotuneError as exc:
+        out.print(f"[bold red]{exc}")
+        raise typer.Exit(2) from None
 
 
 def _num_tokens(text: str | None) -> list[int]:

@@ -1,0 +1,131 @@
+"""``hltools autotune --gpus N``: the keys of one run shared out over N local GPUs.
+
+The keys still to tune (:func:`hltools.autotune.run_autotune`'s resume rule) are dealt round-robin
+to ``N`` worker processes (:func:`shard_keys`), one per GPU (``CUDA_VISIBLE_DEVICES`` set to that
+GPU before the worker imports torch), each running :func:`hltools.autotune.run_autotune` into its
+own shard file beside the output (:func:`shard_path`: ``<gpu>.shard<i>.json``, saved after every
+key as the single-GPU run saves its file). When the workers end, :func:`merge_shards` folds the
+shard files into the output file and deletes them; a run that was stopped leaves its shard files,
+and the next run folds them in first, so it resumes from every key any worker finished.
+
+Keys are timed on the GPU that tuned them; the GPUs must be of one kind (the output file is named
+after the GPU: a worker whose GPU has another name fails its keys). Multi-node runs are not here
+(docs/tuning.md says how to split keys across machines with ``--num-tokens`` / ``--formats``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hlcore.config_store import read_config_file, save_config_file
+from hltools import autotune as at
+
+
+def shard_keys(keys: Sequence[at.TuneKey], shards: int) -> list[list[at.TuneKey]]:
+    """``keys`` dealt round-robin into ``shards`` lists (the keys' order is shape-major, so every
+    worker gets a mix of shapes and sizes); empty lists are dropped."""
+    if shards < 1:
+        raise ValueError(f"--gpus must be at least 1; got {shards}")
+    return [part for part in (list(keys[i::shards]) for i in range(shards)) if part]
+
+
+def shard_path(path: Path, index: int) -> Path:
+    """The shard file of worker ``index`` beside ``path`` (``nvidia_h200.json`` ->
+    ``nvidia_h200.shard0.json``)."""
+    return path.with_name(f"{path.stem}.shard{index}{path.suffix}")
+
+
+def merge_shards(path: Path, metadata: dict[str, Any] | None = None) -> int:
+    """Fold every shard file beside ``path`` into ``path`` (same keys replaced; the file's metadata
+    updated with ``metadata``, else with the shard's own), delete them, and return how many entries
+    were folded in. A shard file that cannot be read is left in place and
+    raises :class:`hltools.autotune.AutotuneError` naming it."""
+    folded = 0
+    for shard in sorted(path.parent.glob(f"{path.stem}.shard*{path.suffix}")):
+        try:
+            shard_file = read_config_file(shard)
+        except ValueError as exc:
+            raise at.AutotuneError(f"{shard}: cannot fold this shard file into {path.name}: {exc}") from None
+        entries = list(shard_file.entries.values())
+        if entries:
+            save_config_file(path, entries, metadata or shard_file.metadata, merge=True)
+        shard.unlink()
+        folded += len(entries)
+    return folded
+
+
+def _worker(
+    index: int,
+    gpu: str,
+    keys: list[at.TuneKey],
+    path: Path,
+    run: dict[str, Any],
+    options: at.TuneOptions,
+) -> at.RunSummary:
+    """One GPU's share (runs in its own process): the GPU made the only visible one, then
+    :func:`hltools.autotune.run_autotune` into the shard file, a status line per key on stdout."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    backend = at.gpu_backend()
+    if backend is None:
+        raise at.AutotuneError(f"worker {index}: GPU {gpu} is not usable")
+    _gpu_name, tune, check = backend
+    return at.run_autotune(
+        keys,
+        shard_path(path, index),
+        tune=tune,
+        check=check,
+        options=options,
+        on_done=lambda status: print(f"[gpu {gpu}] {at.status_line(status)}", flush=True),
+        **run,
+    )
+
+
+def run_sharded(
+    keys: Sequence[at.TuneKey],
+    path: Path,
+    gpus: Sequence[str],
+    *,
+    options: at.TuneOptions,
+    metadata: dict[str, Any],
+    force: bool = False,
+    budget_seconds: float | None = None,
+    context: str = "spawn",
+) -> at.RunSummary:
+    """Tune ``keys`` into ``path`` on the local GPUs ``gpus`` (CUDA device indices as strings), one
+    worker process each (``context``: multiprocessing start method; CUDA needs ``spawn``).
+
+    Shard files left by an earlier run are folded in first; keys already in ``path`` are skipped
+    (``force`` retunes them, as :func:`hltools.autotune.run_autotune` does, after the same check of
+    the file's GPU and helion version). Returns one summary over all workers."""
+    merge_shards(path)
+    existing = at.load_existing(path)
+    reason = existing and at.metadata_mismatch(existing.metadata, metadata.get("gpu"), metadata.get("helion"))
+    if reason and not force:
+        raise at.AutotuneError(
+            f"{path}: {reason}; rerun with --force to retune and replace it (or pick another --output)"
+        )
+    done = set() if force else at.done_keys(existing)
+    summary = at.RunSummary(path)
+    todo = []
+    for key in keys:
+        if at._kid(key) in done:
+            summary.statuses.append(at.KeyStatus(key, "skipped", message="already tuned"))
+        else:
+            todo.append(key)
+    parts = shard_keys(todo, len(gpus))
+    run = {"metadata": metadata, "force": True, "budget_seconds": budget_seconds}  # a shard file is new
+    with mp.get_context(context).Pool(len(parts) or 1) as pool:
+        results = [
+            pool.apply_async(_worker, (i, gpus[i], part, path, run, options)) for i, part in enumerate(parts)
+        ]
+        summaries = [r.get() for r in results]
+    if reason:  # --force over another GPU's or helion's file: it starts afresh, as run_autotune does
+        path.unlink()
+    merge_shards(path, metadata)
+    for part in summaries:
+        summary.statuses += part.statuses
+    return summary

@@ -1,0 +1,110 @@
+"""hltools autotune --gpus N without GPUs: keys dealt to one worker process per GPU (forked here, with
+a fake tuner that records the GPU it saw), shard files folded into the output, resume from a stopped
+run's shard files, the metadata check, and the CLI's --gpus bound."""
+
+import os
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from hlcore import config_store as cs
+from hlcore.scaled_mm_config import default_scaled_mm_config
+from hltools import autotune as at
+from hltools import autotune_shards as shards
+from hltools.cli import app
+
+TINY = {"hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 4}
+META = {"gpu": "nvidia_h200", "helion": "1.5.0", "seed": 3}
+
+
+def _keys():
+    return at.build_keys(TINY, ["fp8_dynamic"], [1], [1, 2, 4])  # 3 shapes x 3 M = 9 keys
+
+
+def fake_tune(key, options):
+    """The heuristic config, with the visible GPU written into num_stages (1 + its id) so the saved
+    file shows which worker tuned each key."""
+    gpu = int(os.environ["CUDA_VISIBLE_DEVICES"])
+    if (key.n, key.k, key.m) == (256, 384, 4):
+        raise RuntimeError("no valid config")
+    return {**default_scaled_mm_config(key.m, key.n, key.k), "num_stages": 1 + gpu}
+
+
+def fake_check(key, config, options):
+    return at.CheckResult(True, config, rel_err=1e-3, helion_us=10.0, default_us=12.0, fallback_us=11.0)
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("nvidia_h200", fake_tune, fake_check))
+
+
+def _run(path, gpus, **kw):
+    return shards.run_sharded(
+        _keys(), path, gpus, options=at.TuneOptions(), metadata=META, context="fork", **kw
+    )
+
+
+def test_shard_keys_deals_round_robin():
+    keys = _keys()
+    parts = shards.shard_keys(keys, 2)
+    assert parts == [keys[0::2], keys[1::2]]
+    assert shards.shard_keys(keys[:1], 4) == [keys[:1]]  # no empty shard
+    with pytest.raises(ValueError, match="at least 1"):
+        shards.shard_keys(keys, 0)
+
+
+def test_workers_tune_their_share_on_their_gpu_and_the_shards_fold_in(fake_gpus, tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    summary = _run(path, ["0", "3"])
+    assert summary.count("tuned") == 8 and summary.count("failed") == 1
+    assert [s.key.label for s in summary.failed] == [
+        k.label for k in _keys() if (k.n, k.k, k.m) == (256, 384, 4)
+    ]
+    entries = cs.read_config_file(path).entries
+    assert len(entries) == 8
+    keys = [k for k in _keys() if (k.n, k.k, k.m) != (256, 384, 4)]
+    by_gpu = {}
+    for key in keys:  # the worker of keys[i::2] saw GPU "0" for i = 0 and "3" for i = 1
+        stages = entries[cs.ConfigEntry(key.key, {}).id].config["num_stages"]
+        by_gpu.setdefault(stages - 1, []).append(key)
+    all_keys = _keys()
+    assert by_gpu[0] == [k for k in all_keys[0::2] if k in keys]
+    assert by_gpu[3] == [k for k in all_keys[1::2] if k in keys]
+    assert not list(tmp_path.glob("*.shard*"))  # folded and deleted
+    assert cs.read_config_file(path).metadata["gpu"] == "nvidia_h200"
+
+
+def test_a_stopped_runs_shard_files_are_folded_in_and_skipped(fake_gpus, tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    first = _keys()[0]
+    config = {**default_scaled_mm_config(first.m, first.n, first.k), "num_stages": 7}
+    cs.save_config_file(shards.shard_path(path, 1), [cs.ConfigEntry(first.key, config)], META)
+    summary = _run(path, ["0", "1"])
+    assert summary.count("skipped") == 1 and summary.count("tuned") == 7
+    assert cs.read_config_file(path).entries[cs.ConfigEntry(first.key, {}).id].config["num_stages"] == 7
+
+
+def test_another_gpus_file_needs_force(fake_gpus, tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    cs.save_config_file(path, [], {**META, "gpu": "nvidia_h100"})
+    with pytest.raises(at.AutotuneError, match="--force"):
+        _run(path, ["0", "1"])
+    summary = _run(path, ["0", "1"], force=True)
+    assert summary.count("tuned") == 8
+    assert cs.read_config_file(path).metadata["gpu"] == "nvidia_h200"  # started afresh
+
+
+def test_cli_rejects_more_gpus_than_visible(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("nvidia_h200", fake_tune, fake_check))
+    monkeypatch.setattr(at, "apply_benchmark_env", lambda: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    result = CliRunner().invoke(
+        app,
+        ["autotune", "--model", "qwen3-8b", "--gpus", "3", "--output", str(tmp_path)],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 2 and "3 GPUs asked for, 2 visible" in result.output
