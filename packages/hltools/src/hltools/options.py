@@ -182,7 +182,7 @@ def resolve_model(name: str, option: str = "--model", out: Console | None = None
     except (ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
     for note in source.notes:
-        (out or Console(stderr=True)).print(f"[yellow]{note}[/yellow]", highlight=False)
+        (out or Console(stderr=True)).print(f"[yellow]{note}[/yellow]", highlight=False, soft_wrap=True)
     return source
 
 
@@ -194,7 +194,9 @@ def model_formats(
     if formats is not None:
         return parse_formats(formats, option)
     if source.fmt is not None:
-        out.print(f"format {source.fmt}: from {source.name} ({option} overrides)", highlight=False)
+        out.print(
+            f"format {source.fmt}: from {source.name} ({option} overrides)", highlight=False, soft_wrap=True
+        )
         return [source.fmt]
     if source.source != f"embedded model {source.name.lower()}":  # a checkpoint that names no format
         out.print(f"format fp8_dynamic: {source.name} names no format ({option} chooses)", highlight=False)
