@@ -93,6 +93,9 @@ def test_guard_keeps_helion_only_with_a_2_percent_win(guarded, caplog):
             _call(fn, m)
     assert sorted(timed) == [1, 2, 4, 16]
     assert _paths(dispatch) == {1: "helion", 2: "fallback", 4: "fallback", 8: "fallback", 16: "helion"}
+    from hlvllm import startup
+
+    assert startup.SECONDS["speed guard"] > 0  # the four timings are counted as start-up
     (summary,) = [r.getMessage() for r in caplog.records if "speed guard" in r.getMessage()]
     assert "fp8_dynamic: 4 shapes checked: Helion on 2, vLLM's kernel on 2; took" in summary
     from hlvllm import routing

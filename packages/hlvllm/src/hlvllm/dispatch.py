@@ -97,9 +97,8 @@ def run(
         from hlvllm import guard, precompile
 
         precompile.wait_pool()  # the kernels compiled in worker processes (HL_PRECOMPILE_PROCESSES)
-        with startup.timed("speed guard"):
-            guard.check_all()  # once per process, before the first Helion call
-            guard.check_key(fmt, m, n, k)  # a size or shape check_all did not cover
+        guard.check_all()  # once per process, before the first Helion call
+        guard.check_key(fmt, m, n, k)  # a size or shape check_all did not cover
     path = route(fmt, m, n, k)
     if path == HELION:
         if helion_at is not None and not capturing:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from hlvllm import routing
+from hlvllm import routing, startup
 from hlvllm.settings import get_settings
 
 logger = logging.getLogger("vllm.hlvllm")
@@ -110,7 +110,7 @@ _failed: set[tuple[str, int, int]] = set()
 def register_shape(shape: GuardShape) -> None:
     """Make (format, N, K) known to the guard (one layer per shape is enough: the others run the same
     GEMM on another weight of the same size; the last registered one is timed)."""
-    from hlvllm import precompile, startup
+    from hlvllm import precompile
 
     with startup.timed("shape registration"):
         _shapes[(shape.fmt, shape.n, shape.k)] = shape
@@ -197,7 +197,8 @@ def _check(fmt: str, m: int, n: int, k: int) -> tuple[bool, bool] | None:
         from_cache = True
     else:
         try:
-            helion_us, vllm_us = TIMER(shape, m)
+            with startup.timed("speed guard"):
+                helion_us, vllm_us = TIMER(shape, m)
         except Exception as exc:  # noqa: BLE001 - a failed check sends the shape to vLLM, never crashes
             _failed.add((fmt, n, k))
             for size in range(1, routing.max_helion_m() + 1):
