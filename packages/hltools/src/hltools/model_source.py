@@ -78,14 +78,14 @@ def resolve_model(name_or_path: str | Path) -> ModelSource:
             models and says that the Hugging Face cache had no such id).
     """
     name = str(name_or_path)
-    try:
-        config = shapes.load_model_config(name_or_path)
-        source = name if Path(name).expanduser().exists() else f"embedded model {_embedded_key(name)}"
-        return _source(name, config, source, base_match=False)
-    except ValueError as exc:
-        if not _hf_id(name):
-            raise
-        not_found = exc
+    if Path(name).expanduser().exists():
+        return _source(name, shapes.load_model_config(name_or_path), name, base_match=False)
+    embedded = shapes.embedded_name(name)
+    if embedded is not None:
+        config = shapes.load_model_config(embedded)
+        return _source(name, config, f"embedded model {embedded}", base_match=False)
+    if not _hf_id(name):
+        raise ValueError(shapes.not_found_message(name))
     cached = _hf_cached_config(name)
     if cached is not None:
         config = shapes.load_model_config(cached)
@@ -95,14 +95,9 @@ def resolve_model(name_or_path: str | Path) -> ModelSource:
         config = shapes.load_model_config(base)
         return _source(name, config, f"embedded model {base}", base_match=True)
     raise ValueError(
-        f"{not_found}; not in the local Hugging Face cache either, and no embedded model matches its "
-        "base name (give a path to its config.json)"
-    ) from None
-
-
-def _embedded_key(name: str) -> str:
-    key = name.strip().lower()
-    return key if key in shapes.list_models() else key.rsplit("/", 1)[-1]
+        f"{shapes.not_found_message(name)}; not in the local Hugging Face cache either, and no embedded "
+        "model matches its base name (give a path to its config.json)"
+    )
 
 
 def _hf_id(name: str) -> bool:

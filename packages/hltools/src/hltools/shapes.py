@@ -98,13 +98,22 @@ def load_model_config(name_or_path: str | Path) -> dict[str, Any]:
         path = path / "config.json"
     if path.is_file():
         return check_model_config(_parse(path.read_text(), str(path)), str(path))
+    candidate = embedded_name(str(name_or_path))
+    if candidate is None:
+        raise ValueError(not_found_message(str(name_or_path)))
+    source = f"embedded model {candidate}"
+    return check_model_config(_parse(_embedded()[candidate].read_text(), source), source)
+
+
+def embedded_name(name: str) -> str | None:
+    """The embedded model ``name`` names (case-insensitive; an id ``Org/Name`` by its last part; never
+    a path-like name), or None."""
+    key = name.strip().lower()
     embedded = _embedded()
-    key = str(name_or_path).strip().lower()
     for candidate in () if _path_like(key) else (key, key.rsplit("/", 1)[-1]):
         if candidate in embedded:
-            source = f"embedded model {candidate}"
-            return check_model_config(_parse(embedded[candidate].read_text(), source), source)
-    raise ValueError(_not_found(str(name_or_path)))
+            return candidate
+    return None
 
 
 def _path_like(name: str) -> bool:
@@ -113,7 +122,7 @@ def _path_like(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or name.endswith(".json")
 
 
-def _not_found(name: str) -> str:
+def not_found_message(name: str) -> str:
     """Why ``name`` is no model: a path-like one (:func:`_path_like`, or in a folder that exists) does
     not exist; another (a name, ``Org/Name``) is no embedded model either."""
     parent = Path(name).expanduser().parent
