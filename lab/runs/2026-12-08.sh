@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The GPU runs planned after 2026-12-02, in phases of < 600 s (one device call each):
+#   N   N1 and N2 in one call (off, on, control; the FP8 night run took 324 s for off and on)
 #   N1, N2  issue 24's numerics line on Qwen3-8B FP8_Dynamic at full depth: plugin off and the
 #       control (vLLM's next kernel: torch._scaled_mm) in N1, plugin on in N2, concurrency 1..32,
 #       3 repeats; join with `hltools bench merge-e2e` (which judges plugin vs control), and it is
@@ -11,20 +12,26 @@
 #   K1, K2, K3  the shipped marks from three processes (Helion vs vLLM's kernel only), then the report
 #       of the third; `hltools configs from-bench` re-derives the marks from the three.
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-08.sh N1|N2|S1|P|S2|K1|K2|K3
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-08.sh N|N1|N2|S1|P|S2|K1|K2|K3
 set -u
 phase=$1
 source "$(dirname "$0")/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels DG_JIT_CACHE_DIR=/tmp/dg-jit
 case $phase in
+N) e2e e2e-8b-fp8 qwen3-8b fp8_dynamic 1 --repeats 3 --timeout 250 ;;  # off,on,control in one call
 N1) e2e e2e-8b-fp8-off qwen3-8b fp8_dynamic 1 --plugins off,control --repeats 3 --timeout 260 ;;
 N2) e2e e2e-8b-fp8-on qwen3-8b fp8_dynamic 1 --plugins on --repeats 3 --timeout 260 ;;
 S1)
+    # what importing the kernels costs a process that already has torch and vLLM (helion, sklearn)
+    run importtime 60 python3 -X importtime -c "import torch, vllm.model_executor.layers.linear; import hlcore.scaled_mm"
+    grep -E "\| +(helion|sklearn|scipy|hlcore.scaled_mm|helion.autotuner|helion._compat)$" "$O/importtime.log"
     run startup-ttft-fp8 540 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
         --out "$O/fp8_dynamic" --repeats 30 --warm
     sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-fp8.log"
     grep -h "start-up seconds in hlvllm" "$O/startup-ttft-fp8.log" | cut -c1-400
+    grep -hE "engine ready|Loading weights took|Model loading took|Dynamo bytecode transform|Compiling a graph|torch.compile takes|Graph capturing finished|init engine|hlvllm" \
+        "$O/startup-ttft-fp8.log" | cut -c1-260 | head -60
     ;;
 P)
     run deepgemm-prewarm 540 python3 lab/scripts/deepgemm_prewarm.py --model qwen3-8b
