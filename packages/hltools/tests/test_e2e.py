@@ -906,7 +906,7 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
 
     import torch
 
-    calls = []
+    calls, scored_batches = [], []
     canned = {
         "fill_weights": 7,
         "linear_kernels": {"qkv_proj": "HelionFP8ScaledMMLinearKernel"},
@@ -927,6 +927,7 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
             if getattr(sp, "prompt_logprobs", None) is None:
                 return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
             assert sp.prompt_logprobs == 0 and sp.max_tokens == 1
+            scored_batches.append(prompts)
             return [_scored(p["prompt_token_ids"], out) for p in prompts]
 
     fake_vllm = types.ModuleType("vllm")
@@ -965,9 +966,12 @@ def test_worker_main_records_helion_for_on_and_gemm(tmp_path, monkeypatch, plugi
     assert set(result["throughput"]) == (set() if plugin == "control" else {"1", "2"})
     numerics = result["numerics"]
     seqs = [p["prompt_token_ids"] for p in e2e.numerics_prompts(100, 3)]  # seed 0 + 3, the config's vocab
-    assert len(seqs) == numerics["prompts"] == 8 and {len(q) for q in seqs} == {33}
-    assert numerics["tokens"] == 32 and numerics["seed"] == 3
+    assert len(seqs) == numerics["prompts"] == 8 and [len(q) for q in seqs] == [32, 24, 16, 8, 4, 2, 32, 16]
+    assert numerics["lengths"] == [32, 24, 16, 8, 4, 2, 32, 16] and seqs[0] != seqs[6]
+    assert numerics["tokens"] == 126 and numerics["seed"] == 3
     assert numerics["logprobs"] == [[-t / 64 for t in q[1:]] for q in seqs]  # position 0 has no logprob
+    # each scored sequence was its own request (a prefill of its own length, within max_helion_size)
+    assert [len(batch) for batch in scored_batches] == [1] * 8
     if helion:
         assert e2e.helion_ranks(result)["active"] == 1
 

@@ -62,7 +62,7 @@ def test_abs_deltas_max_and_mean_by_hand():
         ([[-1.2, -2.0], [-3.0, -4.0]], True),  # max 0.2 = 2x (the limit itself passes), mean 0.05 = 1.33x
         ([[-1.1, -2.1], [-3.1, -4.1]], False),  # max 0.1 = 1x but mean 0.1 = 2.67x: fails on mean
         ([[-1.21, -2.0], [-3.0, -4.0]], False),  # max 0.21 = 2.1x
-        (OFF, True),  # bitwise vLLM's: 0x
+        ([[-1.0, -2.0], [-3.0, -4.0001]], True),  # 0.001x
     ],
 )
 def test_the_2x_rule_on_max_and_mean(on, ok):
@@ -114,6 +114,36 @@ def test_without_a_usable_control_there_is_no_verdict():
         only_control
     )
     assert e2e.summarize([on, _run("control", 0, OFF)])["numerics"] is None  # no off run: nothing to compare
+
+
+def test_a_plugin_bitwise_equal_to_vllm_gets_no_verdict():
+    """Logprobs equal to vLLM's bitwise mean that no scored token ran a Helion kernel (the 2026-12-02
+    H200 run scored one 264-token batch, above max_helion_size): nothing was judged, so no pass."""
+    control = _run("control", 0, [[-1.1, -2.0], [-3.0, -4.05]])
+    n = e2e.summarize([_run("off", 0, OFF), _run("on", 0, OFF), control])["numerics"]
+    assert n["ok"] is None and n["ratios"] == {} and n["control_problem"] is None
+    assert n["plugin_problem"] == "plugin equal vLLM's logprobs bitwise: no scored token ran a Helion kernel"
+    assert e2e.numerics_line(n).endswith(
+        "; plugin equal vLLM's logprobs bitwise: no scored token ran a Helion kernel: no pass/fail."
+    )
+    moved = _run("on", 0, [[-1.0, -2.0], [-3.0, -4.0001]])
+    assert e2e.summarize([_run("off", 0, OFF), moved, control])["numerics"]["plugin_problem"] is None
+
+
+def test_the_line_names_the_scored_lengths_and_other_lengths_are_not_compared():
+    def run(plugin, logprobs, lengths):
+        r = _run(plugin, 0, logprobs)
+        r["numerics"].update(lengths=lengths, prompts=2, tokens=sum(n - 1 for n in lengths))
+        return r
+
+    off, on = run("off", [[-1.0], [-3.0, -4.0]], [2, 3]), run("on", [[-1.1], [-3.0, -4.0]], [2, 3])
+    control = run("control", [[-1.2], [-3.0, -4.0]], [2, 3])
+    n = e2e.summarize([off, on, control, run("on", [[-9.0, -9.0], [-9.0]], [3, 2])])["numerics"]
+    assert n["settings"]["on"]["runs"] == 1 and n["settings"]["on"]["positions"] == 3  # [3, 2]: left out
+    assert n["lengths"] == [2, 3] and n["ok"] is True
+    assert e2e.numerics_line(n).startswith(
+        "Numerics vs vLLM (2 prompts of 2-3 tokens alone, 3 scored, teacher-forced logprobs, "
+    )
 
 
 def test_numerics_replace_the_greedy_agreement_line_but_not_in_older_results():

@@ -103,7 +103,8 @@ def e2e(
     `--plugins off,on,aux,fused`) engines with hlvllm's aux fusion pass (HL_AUX_FUSION=1, which turns
     the aux kernels on), one launch per norm (activation) + fp8 quant pair.
 
-    Every engine also scores 8 fixed sequences (teacher-forced logprobs); the summary gives each
+    Every engine also scores 8 fixed sequences of 2-32 tokens, each alone so that the plugin's
+    engine runs them on Helion (teacher-forced logprobs); the summary gives each
     setting's max and mean |Δlogprob| against `off`'s and, with `control` (default `off,on,control`:
     no plugin, vLLM's second-choice kernel, one untimed engine start), fails the plugin where its
     max or mean exceeds 2x the control's.

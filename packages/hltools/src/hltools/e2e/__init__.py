@@ -50,9 +50,10 @@ concurrency ``c``: ``c`` random prompts of ``input_len`` tokens (the same in eve
 ``output_len`` output tokens. Output tokens/s = ``c * output_len / median(t_full)``; per-token
 latency (TPOT) = ``(median(t_full) - median(t_one)) / (output_len - 1)``; TTFT ~ ``median(t_one)``.
 It also records the kernels vLLM chose per layer, greedy tokens of 4 short prompts (agreement
-between the runs), teacher-forced logprobs of 8 fixed sequences of 33 tokens (``numerics``: every
-run scores the same tokens; :mod:`~hltools.e2e.numerics` compares each setting's with ``off``'s and
-the plugin's |Δlogprob| with the ``control``'s) and, with the plugin (``on``, ``gemm``, ``aux``, ``fused``), which sizes were captured
+between the runs), teacher-forced logprobs of 8 fixed sequences of 2-32 tokens, each its own
+request so that its prefill runs in the plugin's CUDA-graph range (``numerics``, :data:`NUMERICS_LENGTHS`:
+every run scores the same tokens; :mod:`~hltools.e2e.numerics` compares each setting's with ``off``'s
+and the plugin's |Δlogprob| with the ``control``'s) and, with the plugin (``on``, ``gemm``, ``aux``, ``fused``), which sizes were captured
 into CUDA graphs with Helion: rank 0's under ``kernels`` / ``captured``, every tensor-parallel
 rank's under ``kernels_by_rank`` / ``captured_by_rank`` (``llm.apply_model`` runs in each rank);
 :func:`summarize` counts the ranks where Helion was active.
@@ -79,6 +80,7 @@ from hltools.e2e.plan import (
     AGREEMENT_TOKENS,
     DEFAULT_CONCURRENCY,
     MAX_NUM_SEQS,
+    NUMERICS_LENGTHS,
     NUMERICS_PROMPTS,
     NUMERICS_TOKENS,
     E2EOptions,
@@ -171,6 +173,7 @@ __all__ = [
     "Launcher",
     "MAX_NUM_SEQS",
     "NOISY_SPREAD_PCT",
+    "NUMERICS_LENGTHS",
     "NUMERICS_LIMIT",
     "NUMERICS_PROMPTS",
     "NUMERICS_TOKENS",

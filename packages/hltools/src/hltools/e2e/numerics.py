@@ -42,7 +42,8 @@ def abs_deltas(logprobs: Sequence[Sequence[float]], reference: Sequence[Sequence
 
 def _key(record: Mapping[str, Any]) -> tuple:
     """What must match for two runs' logprobs to be comparable: the sequences scored."""
-    return record.get("prompts"), record.get("tokens"), record.get("seed")
+    lengths = record.get("lengths")
+    return record.get("prompts"), record.get("tokens"), lengths and tuple(lengths), record.get("seed")
 
 
 def _kernels(runs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -80,6 +81,7 @@ def numerics(by: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any] | 
     out = {
         "prompts": rec.get("prompts"),
         "tokens": rec.get("tokens"),
+        "lengths": rec.get("lengths"),
         "reference": f"off-r{ref.get('round', 0)}",
         "settings": settings,
         "off_kernels": _kernels([ref]),
@@ -91,9 +93,11 @@ def numerics(by: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any] | 
 
 def _check(out: Mapping[str, Any]) -> dict[str, Any]:
     """The 2x rule on :func:`numerics`'s ``out``: ``ratios`` (each plugin setting's max and mean over
-    the control's), ``ok`` (True / False; None without a usable control or a plugin setting) and
-    ``control_problem`` (why the control cannot judge: it did not run, it ran ``off``'s own kernels,
-    or its logprobs equal ``off``'s bitwise; None when it can)."""
+    the control's), ``ok`` (True / False; None without a usable control or a plugin setting, or when
+    a plugin setting's logprobs equal ``off``'s bitwise), ``control_problem`` (why the control cannot
+    judge: it did not run, it ran ``off``'s own kernels, or its logprobs equal ``off``'s bitwise; None
+    when it can) and ``plugin_problem`` (a plugin setting whose logprobs equal ``off``'s bitwise: no
+    scored token went through a Helion kernel, so there was nothing to judge; None otherwise)."""
     settings, control = out["settings"], out["settings"].get("control")
     plugin = [p for p in HELION_PLUGINS if p in settings]
     problem = None
@@ -103,11 +107,17 @@ def _check(out: Mapping[str, Any]) -> dict[str, Any]:
         problem = "the control ran vLLM's own first-choice kernels"
     elif control["max"] == 0:
         problem = "the control's logprobs equal vLLM's bitwise"
-    if problem or not plugin:
-        return {"ratios": {}, "ok": None, "control_problem": problem}
+    same = [p for p in plugin if settings[p]["max"] == 0]
+    plugin_problem = (
+        f"{', '.join(_label(p) for p in same)} equal vLLM's logprobs bitwise: no scored token ran a Helion kernel"
+        if same
+        else None
+    )
+    if problem or plugin_problem or not plugin:
+        return {"ratios": {}, "ok": None, "control_problem": problem, "plugin_problem": plugin_problem}
     ratios = {p: {k: settings[p][k] / control[k] for k in ("max", "mean")} for p in plugin}
     ok = all(r <= out["limit"] for q in ratios.values() for r in q.values())
-    return {"ratios": ratios, "ok": ok, "control_problem": None}
+    return {"ratios": ratios, "ok": ok, "control_problem": None, "plugin_problem": None}
 
 
 def _label(p: str) -> str:
@@ -133,13 +143,20 @@ def numerics_line(n: Mapping[str, Any]) -> str:
         parts.append(
             f"control ({_kernel_text(n['control_kernels'])}) max {fmt(c['max'])} mean {fmt(c['mean'])}"
         )
-    head = (
-        f"Numerics vs vLLM ({n['prompts']} prompts x {n['tokens']} tokens, teacher-forced logprobs, "
-        f"|Δlogprob| against {n['reference']}): " + ("; ".join(parts) or "no other setting scored")
+    lengths = n.get("lengths")
+    scored = (
+        f"{n['prompts']} prompts of {min(lengths)}-{max(lengths)} tokens alone, {n['tokens']} scored"
+        if lengths
+        else f"{n['prompts']} prompts x {n['tokens']} tokens"
+    )
+    head = f"Numerics vs vLLM ({scored}, teacher-forced logprobs, |Δlogprob| against {n['reference']}): " + (
+        "; ".join(parts) or "no other setting scored"
     )
     limit = f"limit {n['limit']:g}x"
     if n.get("control_problem"):
         return f"{head}; {n['control_problem']}: no pass/fail."
+    if n.get("plugin_problem"):
+        return f"{head}; {n['plugin_problem']}: no pass/fail."
     if not n.get("ratios"):
         return f"{head}; no plugin setting ran: no pass/fail."
     ratios = "; ".join(

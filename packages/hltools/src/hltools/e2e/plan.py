@@ -18,10 +18,15 @@ DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 MAX_NUM_SEQS = 32
 AGREEMENT_PROMPTS = 4
 AGREEMENT_TOKENS = 16
-#: The numerics check scores ``NUMERICS_PROMPTS`` fixed sequences of ``NUMERICS_TOKENS + 1`` token ids:
-#: the logprob of each token after the first, teacher-forced (vLLM's ``prompt_logprobs``).
-NUMERICS_PROMPTS = 8
-NUMERICS_TOKENS = 32
+#: The numerics check scores fixed sequences of these lengths (token ids), the logprob of each token
+#: after the first, teacher-forced (vLLM's ``prompt_logprobs``). Each sequence is its own request, so
+#: its prefill runs num_tokens = its length: every length is a CUDA-graph capture size <= the default
+#: max_helion_size (32), where the plugin runs Helion's kernels (one batch of all of them, 264 tokens,
+#: ran vLLM's kernels in the plugin's engine too and could not tell Helion from vLLM).
+NUMERICS_LENGTHS = (32, 24, 16, 8, 4, 2, 32, 16)
+NUMERICS_PROMPTS = len(NUMERICS_LENGTHS)
+#: Scored positions in all (vLLM gives a sequence's first token no logprob).
+NUMERICS_TOKENS = sum(n - 1 for n in NUMERICS_LENGTHS)
 
 
 def e2e_stem(model: str, fmt: str, tensor_parallel_size: int = 1) -> str:

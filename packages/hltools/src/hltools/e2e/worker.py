@@ -24,6 +24,7 @@ from hltools.e2e.plan import (
     AGREEMENT_TOKENS,
     DEFAULT_CONCURRENCY,
     MAX_NUM_SEQS,
+    NUMERICS_LENGTHS,
     NUMERICS_PROMPTS,
     NUMERICS_TOKENS,
     E2EOptions,
@@ -117,9 +118,9 @@ def _prompts(n: int, length: int, vocab: int, seed: int) -> list[dict[str, list[
 
 
 def numerics_prompts(vocab: int, seed: int) -> list[dict[str, list[int]]]:
-    """The sequences the numerics check scores: :data:`NUMERICS_PROMPTS` lists of
-    :data:`NUMERICS_TOKENS` + 1 seeded token ids (the same in every run of one seed and vocabulary)."""
-    return _prompts(NUMERICS_PROMPTS, NUMERICS_TOKENS + 1, vocab, seed)
+    """The sequences the numerics check scores: one list of seeded token ids per length of
+    :data:`NUMERICS_LENGTHS` (the same in every run of one seed and vocabulary)."""
+    return [_prompts(1, n, vocab, seed + 1000 * i)[0] for i, n in enumerate(NUMERICS_LENGTHS)]
 
 
 def prompt_logprobs(outputs) -> list[list[float]]:
@@ -134,13 +135,21 @@ def prompt_logprobs(outputs) -> list[list[float]]:
 
 
 def record_numerics(generate, sampling_params, vocab: int, seed: int) -> dict[str, Any]:
-    """The numerics record of one run: ``generate(prompts, params)`` (``vllm.LLM.generate``) of
-    :func:`numerics_prompts` with ``sampling_params(max_tokens=1, prompt_logprobs=0, ...)``; returns
-    ``{"prompts", "tokens", "seed", "logprobs"}`` (``logprobs``: one list of ``tokens`` floats per
-    prompt, :func:`prompt_logprobs`). :mod:`hltools.e2e.numerics` compares them between runs."""
+    """The numerics record of one run: ``generate([prompt], params)`` (``vllm.LLM.generate``) of each
+    of :func:`numerics_prompts` alone (a prefill of num_tokens = its length, in the plugin's CUDA-graph
+    range) with ``sampling_params(max_tokens=1, prompt_logprobs=0, ...)``; returns ``{"prompts",
+    "tokens", "lengths", "seed", "logprobs"}`` (``logprobs``: per prompt its length - 1 floats,
+    :func:`prompt_logprobs`; ``tokens``: their total). :mod:`hltools.e2e.numerics` compares them
+    between runs."""
     sp = sampling_params(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-    logprobs = prompt_logprobs(generate(numerics_prompts(vocab, seed), sp))
-    return {"prompts": NUMERICS_PROMPTS, "tokens": NUMERICS_TOKENS, "seed": seed, "logprobs": logprobs}
+    logprobs = [row for p in numerics_prompts(vocab, seed) for row in prompt_logprobs(generate([p], sp))]
+    return {
+        "prompts": NUMERICS_PROMPTS,
+        "tokens": NUMERICS_TOKENS,
+        "lengths": list(NUMERICS_LENGTHS),
+        "seed": seed,
+        "logprobs": logprobs,
+    }
 
 
 def measure_throughput(
