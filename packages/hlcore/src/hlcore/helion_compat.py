@@ -24,7 +24,9 @@ which no descriptor uses as its block shape.
 
 Last, with ``HL_KERNEL_CACHE_DIR`` set, :func:`local_kernel` returns the kernel wrapped in
 :class:`hlcore.kernel_cache.CachedKernel` (Helion's generated code cached on disk, so a new process
-skips binding and code generation); unset, the kernel itself, unchanged.
+skips binding and code generation); unset, the kernel itself, unchanged. Given a config for a kernel
+without configs, it returns that config over the kernel's shared bindings
+(:class:`hlcore.kernel_cache.ConfiguredKernel`, cached the same way).
 """
 
 from __future__ import annotations
@@ -80,16 +82,18 @@ def _patch_get_block_id() -> None:
     CompileEnvironment.get_block_id = get_block_id
 
 
-def local_kernel(kernel):
+def local_kernel(kernel, config=None):
     """Return ``kernel`` (a ``helion.Kernel``) marked as never distributed, with the TMA block-size
     fix installed, and wrapped by the on-disk code cache when ``HL_KERNEL_CACHE_DIR`` is set (see
-    module docstring)."""
+    module docstring). With ``config`` (a ``helion.Config``; ``kernel`` has none of its own): that
+    config over the kernel's shared bindings (:class:`hlcore.kernel_cache.ConfiguredKernel`,
+    cached on disk the same way)."""
+    from hlcore.kernel_cache import ConfiguredKernel, cached_kernel
+
     if not hasattr(kernel, "_compute_is_distributed"):
-        _patch_get_block_id()
-        return kernel  # another Helion: no local marking, so no cache either (it keys on that)
+        _patch_get_block_id()  # another Helion: no local marking, so no cache either (it keys on that)
+        return kernel if config is None else ConfiguredKernel(kernel, config)
     kernel._compute_is_distributed = _never_distributed
     _patch_is_symm_mem_tensor()
     _patch_get_block_id()
-    from hlcore.kernel_cache import cached_kernel
-
-    return cached_kernel(kernel)
+    return cached_kernel(kernel, config=config)

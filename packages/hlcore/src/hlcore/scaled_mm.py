@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from typing import Any
 
 import helion
@@ -159,17 +160,30 @@ def check_config_text(config_text: str) -> None:
 
 
 @functools.cache
-def _kernel_for(config_text: str):
-    """One ``helion.Kernel`` per config: works the same in compiled and both interpret modes."""
-    config = helion_config(config_text)
-    return local_kernel(
-        helion.kernel(
-            _scaled_mm_body,
-            config=config,
-            static_shapes=False,
-            ignore_warnings=[helion.exc.TensorOperationInWrapper],
-        )
+def _shared_kernel():
+    """The config-less kernel whose bindings every config shares (:func:`_kernel_for`)."""
+    return helion.kernel(
+        _scaled_mm_body, static_shapes=False, ignore_warnings=[helion.exc.TensorOperationInWrapper]
     )
+
+
+@functools.cache
+def _kernel_for(config_text: str):
+    """The kernel of one config. Generating code: that config over :func:`_shared_kernel`'s
+    bindings (one trace of the body per specialization for all configs,
+    :class:`hlcore.kernel_cache.ConfiguredKernel`); in Helion's eager reference mode
+    (``HELION_INTERPRET=1``, which generates no code) a ``helion.Kernel`` with that fixed config."""
+    config = helion_config(config_text)
+    if os.environ.get("HELION_INTERPRET") == "1":
+        return local_kernel(
+            helion.kernel(
+                _scaled_mm_body,
+                config=config,
+                static_shapes=False,
+                ignore_warnings=[helion.exc.TensorOperationInWrapper],
+            )
+        )
+    return local_kernel(_shared_kernel(), config=config)
 
 
 def scaled_mm_kernel():
