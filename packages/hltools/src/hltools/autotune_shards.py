@@ -9,8 +9,8 @@ shard files into the output file and deletes them; a run that was stopped leaves
 and the next run folds them in first, so it resumes from every key any worker finished.
 
 Keys are timed on the GPU that tuned them; the GPUs must be of one kind (the output file is named
-after the GPU: a worker whose GPU has another name fails its keys). Multi-node runs are not here
-(docs/tuning.md says how to split keys across machines with ``--num-tokens`` / ``--formats``).
+after the GPU: a worker whose GPU has another name fails its keys). Several machines:
+:mod:`hltools.autotune_ray` (``--ray``).
 """
 
 from __future__ import annotations

@@ -61,6 +61,17 @@ Gpus = Annotated[
         "(default: every visible GPU; the GPUs must be of one kind). A stopped run resumes.",
     ),
 ]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help="Tune on the GPUs of a Ray cluster, one task per key on any free GPU, each key saved here "
+        "as it returns (a stopped run resumes): 'auto' joins this machine's cluster, 'local' starts "
+        "one here, else a cluster address. Needs Ray and hl on every node (pip install "
+        '"hltools[ray]"), GPUs of one kind; this machine needs no GPU.',
+    ),
+]
 Gpu = Annotated[
     str | None,
     typer.Option(
@@ -85,6 +96,7 @@ def autotune(
     list_: List = False,
     gpu: Gpu = None,
     gpus: Gpus = None,
+    ray: RayAddress = None,
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -116,6 +128,21 @@ def autotune(
     if list_:
         _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
         return
+    if ray is not None:
+        if gpus is not None:
+            raise typer.BadParameter(
+                "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
+            )
+        output = output if output is not None else _default_output()
+        command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes) + (
+            f" --ray {shlex.quote(ray)}"
+        )
+        budget = None if budget_minutes is None else budget_minutes * 60
+        summary = _tune_on_ray(
+            out, ray, keys, output, command, at.TuneOptions(effort.value, seed), force, budget, model
+        )
+        _report(out, summary, command)
+        return
     backend = at.gpu_backend()
     if backend is None:
         opt.no_gpu(
@@ -139,9 +166,16 @@ def autotune(
     else:
         run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
         summary = _tune(out, keys, path, options, run)
+    _report(out, summary, command)
+
+
+def _report(out: Console, summary, command: str) -> None:
+    """The run's table and counts; exit 1 when a key failed (with the command that retries)."""
+    from hltools import autotune as at
+
     out.print(at.summary_table(summary).rich())
     counts = ", ".join(f"{summary.count(c)} {c}" for c in ("tuned", "skipped", "failed", "not run"))
-    out.print(f"{counts} -> {path}", style="bold red" if summary.failed else "bold green")
+    out.print(f"{counts} -> {summary.path}", style="bold red" if summary.failed else "bold green")
     if summary.count("not run"):
         out.print("budget spent: rerun the same command to resume", style="yellow")
     if summary.failed:
@@ -194,6 +228,37 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
         )
     except at.AutotuneError as exc:
         out.print(f"[bold red]{exc}")
+        raise typer.Exit(2) from None
+
+
+def _tune_on_ray(out: Console, address, keys, output: Path, command, options, force, budget, model):
+    """:func:`hltools.autotune_ray.run_on_ray` on the cluster at ``address``, a status line per key;
+    exit 2 when the run cannot start (no Ray, no GPU in the cluster, another GPU's file)."""
+    from hltools import autotune as at
+    from hltools import autotune_ray
+
+    try:
+        ray = autotune_ray.connect(address)
+        gpu_name = autotune_ray.gpu_name_of_cluster(ray)
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        path = at.output_path(output, gpu_name)
+        meta = at.provenance(gpu_name, command=command, seed=options.seed, effort=options.effort, model=model)
+        meta["commit"] = git_commit()
+        out.print(f"Ray cluster: {gpus} x {gpu_name} -> {path}; {len(keys)} keys, one task per key")
+        return autotune_ray.run_on_ray(
+            ray,
+            keys,
+            path,
+            gpu_name=gpu_name,
+            options=options,
+            metadata=meta,
+            force=force,
+            budget_seconds=budget,
+            env=at.benchmark_env(),
+            on_done=lambda status: out.print(at.status_line(status), markup=False, highlight=False),
+        )
+    except at.AutotuneError as exc:
+        out.print(str(exc), style="bold red", markup=False, highlight=False)
         raise typer.Exit(2) from None
 
 

@@ -1,0 +1,134 @@
+"""hltools autotune --ray without GPUs: a local Ray cluster with two fake GPUs, one task per key with a
+fake tuner that records the GPU Ray gave it, every key saved by the driver as it returns, a node of
+another GPU kind failing its keys, the resume of a rerun, the budget, and the CLI's option checks."""
+
+import os
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from hlcore import config_store as cs
+from hlcore.scaled_mm_config import default_scaled_mm_config
+from hltools import autotune as at
+from hltools import autotune_ray
+from hltools.cli import app
+
+ray = pytest.importorskip("ray")
+
+TINY = {"hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 4}
+META = {"gpu": "nvidia_h200", "helion": "1.5.0", "seed": 3}
+
+
+def _keys():
+    return at.build_keys(TINY, ["fp8_dynamic"], [1], [1, 2, 4])  # 3 shapes x 3 M = 9 keys
+
+
+def fake_tune(key, options):
+    """The heuristic config with the task's GPU (as Ray set CUDA_VISIBLE_DEVICES) in num_stages;
+    one key fails; the benchmark environment must have reached the task."""
+    assert os.environ.get("HELION_BENCHMARK_CUDAGRAPH") == "1"
+    gpu = int(os.environ["CUDA_VISIBLE_DEVICES"])
+    if (key.n, key.k, key.m) == (256, 384, 4):
+        raise RuntimeError("no valid config")
+    return {**default_scaled_mm_config(key.m, key.n, key.k), "num_stages": 1 + gpu}
+
+
+def fake_check(key, config, options):
+    return at.CheckResult(True, config, rel_err=1e-3, helion_us=10.0, default_us=12.0, fallback_us=11.0)
+
+
+def h200_backend():
+    return ("nvidia_h200", fake_tune, fake_check)
+
+
+def other_gpu_backend():
+    return ("nvidia_h100", fake_tune, fake_check)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A one-machine Ray cluster with 2 CPUs and 2 (fake) GPUs; this module's functions travel to
+    its workers by value (the test module is not importable there)."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    autotune_ray.connect(
+        "local",
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024**2,
+        log_to_driver=False,
+    )
+    yield ray
+    ray.shutdown()
+
+
+def _run(path, backend=h200_backend, **kw):
+    done = []
+    summary = autotune_ray.run_on_ray(
+        ray,
+        _keys(),
+        path,
+        gpu_name="nvidia_h200",
+        options=at.TuneOptions(),
+        metadata=META,
+        backend=backend,
+        env=at.benchmark_env(),
+        on_done=done.append,
+        **kw,
+    )
+    return summary, done
+
+
+def test_keys_are_tuned_on_the_clusters_gpus_and_saved_by_the_driver(cluster, tmp_path):
+    assert autotune_ray.gpu_name_of_cluster(ray, h200_backend) == "nvidia_h200"
+    path = tmp_path / "nvidia_h200.json"
+    summary, done = _run(path)
+    assert [s.key for s in summary.statuses] == _keys()  # in the keys' order, whatever order they ran in
+    assert summary.count("tuned") == 8 and [s.key.label for s in summary.failed] == [
+        "fp8_dynamic N=256 K=384 M=4"
+    ]
+    assert "tuning raised RuntimeError: no valid config" in summary.failed[0].message
+    assert len(done) == 9 and all(s.seconds > 0 for s in summary.statuses)
+    saved = cs.read_config_file(path)
+    assert saved.metadata["gpu"] == "nvidia_h200" and len(saved.entries) == 8
+    stages = {e.config["num_stages"] for e in saved.entries.values()}
+    assert stages <= {1, 2} and len(stages) == 2  # both GPUs tuned keys
+    for entry in saved.entries.values():
+        assert entry.stats["helion_us"] == 10.0 and entry.fallback is False
+
+    again, _ = _run(path)  # the rerun resumes: done keys skipped, the failed one retried
+    assert again.count("skipped") == 8 and again.count("failed") == 1 and again.count("tuned") == 0
+
+    spent, _ = _run(tmp_path / "b" / "nvidia_h200.json", budget_seconds=0)
+    assert spent.count("not run") == 9
+
+
+def test_a_node_with_another_gpu_fails_its_keys_and_another_gpus_file_needs_force(cluster, tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    summary, _ = _run(path, backend=other_gpu_backend)
+    assert summary.count("failed") == 9 and not path.exists()
+    assert "this node's GPU is nvidia_h100, the file's nvidia_h200" in summary.failed[0].message
+    cs.save_config_file(path, [], {**META, "gpu": "nvidia_h100"})
+    with pytest.raises(at.AutotuneError, match="--force"):
+        _run(path)
+    forced, _ = _run(path, force=True)
+    assert forced.count("tuned") == 8 and cs.read_config_file(path).metadata["gpu"] == "nvidia_h200"
+
+
+def test_cli_ray_option_checks(monkeypatch, tmp_path):
+    runner = CliRunner()
+    args = ["autotune", "--model", "qwen3-8b", "--ray", "auto", "--output", str(tmp_path)]
+    result = runner.invoke(app, [*args, "--gpus", "2"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "with --ray leave it out" in result.output
+
+    def no_ray():
+        raise at.AutotuneError(
+            '--ray needs Ray on this machine and on every node: pip install "hltools[ray]"'
+        )
+
+    monkeypatch.setattr(autotune_ray, "import_ray", no_ray)
+    result = runner.invoke(
+        app, ["autotune", "--model", "qwen3-8b", "--ray", "auto", "--output", str(tmp_path)]
+    )
+    assert result.exit_code == 2 and 'pip install "hltools[ray]"' in result.output
