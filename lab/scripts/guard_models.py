@@ -14,16 +14,21 @@ the picked config everywhere (no guard) would have given; time-weighted per deco
 once per decoder layer).
 
 Usage (GPU machine): ``python3 lab/scripts/guard_models.py decide`` then ``... verify``; both write
-``$OUT/guard_models.json`` (verify adds its columns) and print a table. Block_FP8 is not covered
-here (vLLM's block kernel on the H200 is DeepGEMM, whose JIT compile takes minutes).
+``$OUT/guard_models.json`` (verify adds its columns) and print a table. ``--formats block_fp8``
+(file ``guard_models-block_fp8.json``) does the same for Block_FP8: each shape is a layer of vLLM's
+fp8 method (fp8 weight, 128x128 block scales) processed by ``HelionFp8BlockScaledMMKernel`` as the
+engine processes it (its vLLM fallback, DeepGEMM on the H200, post-processes the weight), and the
+guard times the whole op on each side (1x128 quantization + GEMM), inside a vLLM config with CUDA
+graphs on. Set ``DG_JIT_CACHE_DIR`` so that verify finds decide's DeepGEMM kernels compiled.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import math
 import os
-import sys
 
 import torch
 
@@ -31,8 +36,9 @@ MODELS = {  # HF config.json fields: hidden, intermediate, q heads, kv heads, la
     "qwen2.5-7b": (3584, 18944, 28, 4, 28),
     "qwen2.5-14b": (5120, 13824, 40, 8, 48),
 }
-FORMATS = ("fp8_dynamic", "w8a8_int8")
+FORMATS = ("fp8_dynamic", "w8a8_int8")  # the default; block_fp8 on request (--formats)
 SIZES = (1, 2, 4, 8, 16, 24, 32)
+DEVICE = "cuda"
 
 
 def shapes(hidden, inter, q, kv):
@@ -44,7 +50,61 @@ def shapes(hidden, inter, q, kv):
     }
 
 
+_KEEP = []  # the Block_FP8 kernels and layers behind the guard shapes (their weights stay alive)
+
+
+def _vllm_context(formats):
+    """vLLM's current config with CUDA graphs on, for the Block_FP8 kernel (its can_implement and its
+    activation quant op read it); nothing for the per-token formats."""
+    if "block_fp8" not in formats:
+        return contextlib.nullcontext()
+    from vllm.config import CUDAGraphMode, VllmConfig, set_current_vllm_config
+
+    cfg = VllmConfig()
+    cfg.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    cfg.compilation_config.max_cudagraph_capture_size = max(SIZES)
+    return set_current_vllm_config(cfg)
+
+
+def _block_guard_shape(n, k):
+    from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearLayerConfig
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        GroupShape,
+        QuantKey,
+        ScaleDesc,
+        kFp8Dynamic128Sym,
+    )
+
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel
+
+    fp8 = torch.float8_e4m3fn
+    config = FP8ScaledMMLinearLayerConfig(
+        weight_quant_key=QuantKey(fp8, ScaleDesc(torch.float32, True, GroupShape(128, 128)), symmetric=True),
+        activation_quant_key=kFp8Dynamic128Sym,
+        weight_shape=(n, k),
+        input_dtype=torch.bfloat16,
+        out_dtype=torch.bfloat16,
+    )
+    g = torch.Generator(device=DEVICE).manual_seed(n * 7 + k)
+    layer = torch.nn.Module()
+    w = (torch.randn((n, k), generator=g, device=DEVICE) * 0.5).to(fp8)
+    s = torch.rand((-(-n // 128), -(-k // 128)), generator=g, device=DEVICE) * 0.01 + 0.001
+    layer.weight = torch.nn.Parameter(w, requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(s, requires_grad=False)
+    layer.input_scale = None
+    layer.weight_block_size = [128, 128]
+    kernel = HelionFp8BlockScaledMMKernel(config)
+    kernel.process_weights_after_loading(layer)  # registers the shape with the guard, as in the engine
+    if not kernel.registered:
+        raise RuntimeError(f"block_fp8 N={n} K={k}: HelionFp8BlockScaledMMKernel did not register the layer")
+    _KEEP.append((kernel, layer))
+    scale = getattr(layer, kernel.scale_attr)
+    return kernel.guard_shape(layer.weight.data, scale.data, kernel.helion_scale)
+
+
 def _guard_shape(fmt, n, k):
+    if fmt == "block_fp8":
+        return _block_guard_shape(n, k)
     from hlvllm.ops import scaled_mm_guard_shape
 
     g = torch.Generator(device="cuda").manual_seed(n * 7 + k)
@@ -56,13 +116,13 @@ def _guard_shape(fmt, n, k):
     return scaled_mm_guard_shape(fmt, w.t(), scale_b, None, torch.bfloat16)
 
 
-def decide(out_path: str) -> None:
+def decide(out_path: str, formats=FORMATS) -> None:
     from hlvllm import guard, precompile, routing
 
     precompile.set_capture_sizes(SIZES)
     rows = []
     for model, (hidden, inter, q, kv, layers) in MODELS.items():
-        for fmt in FORMATS:
+        for fmt in formats:
             for layer, (n, k) in shapes(hidden, inter, q, kv).items():
                 shape = _guard_shape(fmt, n, k)
                 guard.register_shape(shape)
@@ -89,6 +149,7 @@ def decide(out_path: str) -> None:
                         row["why"] = route.reason
                     rows.append(row)
                 del shape
+                _KEEP.clear()
                 torch.cuda.empty_cache()
             print(f"decided {model} {fmt}", flush=True)
     with open(out_path, "w") as f:
@@ -100,7 +161,7 @@ def decide(out_path: str) -> None:
     )
 
 
-def verify(out_path: str) -> None:
+def verify(out_path: str, formats=FORMATS) -> None:
     from hlvllm import guard
 
     with open(out_path) as f:
@@ -113,6 +174,7 @@ def verify(out_path: str) -> None:
         key = (r["format"], r["N"], r["K"])
         if key not in shapes_cache:
             shapes_cache.clear()
+            _KEEP.clear()
             torch.cuda.empty_cache()
             shapes_cache[key] = _guard_shape(*key)
         h, v = guard.time_shape(shapes_cache[key], r["M"])
@@ -137,7 +199,7 @@ def verify(out_path: str) -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for model in MODELS:
-        for fmt in FORMATS:
+        for fmt in formats:
             sel = [r for r in timed if r["model"] == model and r["format"] == fmt]
             if not sel:
                 continue
@@ -155,7 +217,7 @@ def verify(out_path: str) -> None:
     print("| model | format | " + " | ".join(f"M={m}" for m in SIZES) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in SIZES) + " |")
     for model in MODELS:
-        for fmt in FORMATS:
+        for fmt in formats:
             cells = []
             for m in SIZES:
                 sel = [r for r in timed if r["model"] == model and r["format"] == fmt and r["M"] == m]
@@ -173,6 +235,17 @@ def verify(out_path: str) -> None:
             print(f"| {model} | {fmt} | " + " | ".join(cells) + " |")
 
 
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("step", choices=["decide", "verify"])
+    p.add_argument("--formats", default=",".join(FORMATS))
+    args = p.parse_args()
+    formats = tuple(args.formats.split(","))
+    name = "guard_models.json" if formats == FORMATS else f"guard_models-{'-'.join(formats)}.json"
+    path = os.path.join(os.environ.get("OUT", "."), name)
+    with _vllm_context(formats):
+        {"decide": decide, "verify": verify}[args.step](path, formats)
+
+
 if __name__ == "__main__":
-    path = os.path.join(os.environ.get("OUT", "."), "guard_models.json")
-    {"decide": decide, "verify": verify}[sys.argv[1]](path)
+    main()
