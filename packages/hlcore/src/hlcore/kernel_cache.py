@@ -63,6 +63,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 _PLAIN_TYPES = frozenset((bool, int, str, torch.dtype, torch.device, type(None)))
 _HELION_PATH = object()  # in-process marker: these arguments always take Helion's own call
 _warned: set[str] = set()
+_BIND_LOCK = threading.Lock()  # ConfiguredKernel: one bind + compile at a time
 
 
 class CacheEntryError(Exception):
@@ -342,10 +344,8 @@ class ConfiguredKernel:
     autotuner does; a kernel created with a fixed config binds again for every config. Here every
     config of one kernel reuses the binding (``kernel.bind(args)``) and compiles only its own code
     (cached by Helion per binding and config); the host function is kept per exact call metadata
-    (:func:`call_key`). Binding and compiling hold a lock of the kernel (threads compiling two
+    (:func:`call_key`). Binding and compiling hold one lock of the process (threads compiling two
     configs of one binding). Every other attribute is the kernel's; ``configs`` is ``[config]``."""
-
-    _locks: dict[int, Any] = {}
 
     def __init__(self, kernel: Any, config: Any) -> None:
         self.kernel = kernel
@@ -355,19 +355,13 @@ class ConfiguredKernel:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.kernel, name)
 
-    def __repr__(self) -> str:
-        return f"ConfiguredKernel({self.kernel!r}, {self.config!r})"
-
     @property
     def configs(self) -> list:
         return [self.config]
 
     def compiled(self, args: Sequence[object]) -> Callable:
         """The host function of this config for ``args`` (bound and compiled on first use)."""
-        import threading
-
-        lock = ConfiguredKernel._locks.setdefault(id(self.kernel), threading.Lock())
-        with lock:
+        with _BIND_LOCK:
             return self.kernel.bind(tuple(args)).compile_config(self.config)
 
     def __call__(self, *args: object, **kwargs: object) -> Any:

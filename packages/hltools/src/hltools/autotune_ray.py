@@ -85,6 +85,14 @@ def gpu_name_of_cluster(ray, backend: Backend = at.gpu_backend) -> str:
     return name
 
 
+def _save(path: Path, status: at.KeyStatus, metadata: dict[str, Any], *, merge: bool) -> None:
+    """A tuned key into the file, as :func:`hltools.autotune.run_autotune` saves it."""
+    result = status.result
+    result.fallback = result.fallback or result.slower_than_fallback()
+    entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats())
+    save_config_file(path, [entry], metadata, merge=merge)
+
+
 def run_on_ray(
     ray,
     keys: Sequence[at.TuneKey],
@@ -156,10 +164,7 @@ def run_on_ray(
                 keys[i], "failed", message=f"Ray task failed: {type(exc).__name__}: {exc}"[:300]
             )
         if status.status == "tuned":
-            result = status.result
-            result.fallback = result.fallback or result.slower_than_fallback()
-            entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats())
-            save_config_file(path, [entry], metadata, merge=not fresh)
+            _save(path, status, metadata, merge=not fresh)
             fresh = False
         statuses[i] = status
         if on_done:

@@ -129,19 +129,9 @@ def autotune(
         _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
         return
     if ray is not None:
-        if gpus is not None:
-            raise typer.BadParameter(
-                "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
-            )
-        output = output if output is not None else _default_output()
-        command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes) + (
-            f" --ray {shlex.quote(ray)}"
+        _autotune_on_ray(
+            out, ray, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed
         )
-        budget = None if budget_minutes is None else budget_minutes * 60
-        summary = _tune_on_ray(
-            out, ray, keys, output, command, at.TuneOptions(effort.value, seed), force, budget, model
-        )
-        _report(out, summary, command)
         return
     backend = at.gpu_backend()
     if backend is None:
@@ -229,6 +219,24 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
     except at.AutotuneError as exc:
         out.print(f"[bold red]{exc}")
         raise typer.Exit(2) from None
+
+
+def _autotune_on_ray(
+    out, address, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed
+):
+    """``autotune --ray``: the run on the cluster, its table and counts (exit 1 if a key failed)."""
+    from hltools import autotune as at
+
+    if gpus is not None:
+        raise typer.BadParameter(
+            "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
+        )
+    output = output if output is not None else _default_output()
+    command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes)
+    command += f" --ray {shlex.quote(address)}"
+    budget = None if budget_minutes is None else budget_minutes * 60
+    options = at.TuneOptions(effort.value, seed)
+    _report(out, _tune_on_ray(out, address, keys, output, command, options, force, budget, model), command)
 
 
 def _tune_on_ray(out: Console, address, keys, output: Path, command, options, force, budget, model):
