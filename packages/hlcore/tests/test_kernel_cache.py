@@ -19,6 +19,7 @@ import torch
 from hlcore import kernel_cache as kc
 from hlcore import norm
 from hlcore import scaled_mm as sm
+from hlcore.helion_compat import shared_kernel
 from hlcore.testing import rel_error, tolerance
 
 HELION_MODE = os.environ.get("HELION_INTERPRET") == "1"
@@ -84,7 +85,9 @@ def test_off_without_the_variable(monkeypatch):
         if HELION_MODE:
             assert type(kernel).__name__ == "Kernel"
         else:  # the config over the shared kernel's bindings, no disk
-            assert isinstance(kernel, kc.ConfiguredKernel) and kernel.kernel is sm._shared_kernel()
+            assert isinstance(kernel, kc.ConfiguredKernel) and kernel.kernel is shared_kernel(
+                sm._scaled_mm_body
+            )
         monkeypatch.setenv(kc.ENV_VAR, "")
         assert kc.cached_kernel(kernel) is kernel
     finally:
@@ -116,10 +119,10 @@ def test_configs_of_one_shape_share_one_binding(tmp_path, monkeypatch, cached):
     else:
         monkeypatch.delenv(kc.ENV_VAR, raising=False)
     _clear_kernels()
-    sm._shared_kernel.cache_clear()
+    shared_kernel.cache_clear()
     try:
         binds = []
-        kernel = sm._shared_kernel()
+        kernel = shared_kernel(sm._scaled_mm_body)
         original = type(kernel).bind
         monkeypatch.setattr(kernel, "bind", lambda args: binds.append(1) or original(kernel, args))
         d = sm.generate_scaled_mm_inputs(4, 64, 256, device=DEVICE, seed=5)
@@ -135,7 +138,7 @@ def test_configs_of_one_shape_share_one_binding(tmp_path, monkeypatch, cached):
             assert len(_entries(tmp_path / "kc", "_scaled_mm_body")) == 2
     finally:
         _clear_kernels()
-        sm._shared_kernel.cache_clear()
+        shared_kernel.cache_clear()
 
 
 def test_bare_kernel_for_autotuning_is_not_wrapped(cache_dir):

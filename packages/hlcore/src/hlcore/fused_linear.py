@@ -35,7 +35,7 @@ from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
 from hlcore import kernel_pool
 from hlcore.aux_configs import config_json
-from hlcore.helion_compat import local_kernel
+from hlcore.helion_compat import config_kernel
 from hlcore.quant_kernels import fp8_group_rows
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -96,17 +96,10 @@ def config_from_scaled_mm(config: Any) -> dict:
 
 @functools.cache
 def _kernel_for(config_text: str):
-    """One ``helion.Kernel`` per config (compiled and both interpret modes)."""
+    """The kernel of one config (:func:`hlcore.helion_compat.config_kernel`: the configs share one
+    Helion binding per specialization when Helion generates code)."""
     config = dict(helion.Config.from_json(config_text))
-    config = helion.Config(**{"split_k": 1, "swap_ab": False, **config})
-    return local_kernel(
-        helion.kernel(
-            _block_fp8_linear_body,
-            config=config,
-            static_shapes=False,
-            ignore_warnings=[helion.exc.TensorOperationInWrapper],
-        )
-    )
+    return config_kernel(_block_fp8_linear_body, helion.Config(**{"split_k": 1, "swap_ab": False, **config}))
 
 
 def _describe(t: object) -> str:

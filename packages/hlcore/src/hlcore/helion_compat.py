@@ -32,7 +32,8 @@ without configs, it returns that config over the kernel's shared bindings
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 
 
 def _never_distributed(args: Sequence[object], *, dist_initialized: bool | None = None) -> bool:
@@ -97,3 +98,29 @@ def local_kernel(kernel, config=None):
     _patch_is_symm_mem_tensor()
     _patch_get_block_id()
     return cached_kernel(kernel, config=config)
+
+
+def gemm_kernel(body: Callable, config=None):
+    """``helion.kernel(body)`` with the settings of hlcore's GEMM kernels (shapes dynamic; tensor
+    operations in the host code allowed), with ``config`` fixed when given; not marked local."""
+    import helion
+
+    return helion.kernel(
+        body, config=config, static_shapes=False, ignore_warnings=[helion.exc.TensorOperationInWrapper]
+    )
+
+
+@functools.cache
+def shared_kernel(body: Callable):
+    """The config-less :func:`gemm_kernel` of ``body`` whose bindings all its configs share."""
+    return gemm_kernel(body)
+
+
+def config_kernel(body: Callable, config):
+    """``body``'s kernel of one ``config`` (a ``helion.Config``), :func:`local_kernel`: when Helion
+    generates code, that config over :func:`shared_kernel`'s bindings (one trace of the body per
+    specialization for all configs, :class:`hlcore.kernel_cache.ConfiguredKernel`); in Helion's
+    eager reference mode (``HELION_INTERPRET=1``, no code generation) a kernel with that config fixed."""
+    if os.environ.get("HELION_INTERPRET") == "1":
+        return local_kernel(gemm_kernel(body, config))
+    return local_kernel(shared_kernel(body), config=config)

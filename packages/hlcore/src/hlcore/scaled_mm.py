@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from typing import Any
 
 import helion
@@ -63,7 +62,7 @@ from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 from hlcore import kernel_pool
 from hlcore.aux_configs import config_json
 from hlcore.formats import FORMATS, OUT_DTYPE_NAMES, ScaledMMFormat, get_format
-from hlcore.helion_compat import local_kernel
+from hlcore.helion_compat import config_kernel, gemm_kernel, local_kernel
 
 FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPES = tuple(getattr(torch, name) for name in OUT_DTYPE_NAMES)
@@ -160,39 +159,15 @@ def check_config_text(config_text: str) -> None:
 
 
 @functools.cache
-def _shared_kernel():
-    """The config-less kernel whose bindings every config shares (:func:`_kernel_for`)."""
-    return helion.kernel(
-        _scaled_mm_body, static_shapes=False, ignore_warnings=[helion.exc.TensorOperationInWrapper]
-    )
-
-
-@functools.cache
 def _kernel_for(config_text: str):
-    """The kernel of one config. Generating code: that config over :func:`_shared_kernel`'s
-    bindings (one trace of the body per specialization for all configs,
-    :class:`hlcore.kernel_cache.ConfiguredKernel`); in Helion's eager reference mode
-    (``HELION_INTERPRET=1``, which generates no code) a ``helion.Kernel`` with that fixed config."""
-    config = helion_config(config_text)
-    if os.environ.get("HELION_INTERPRET") == "1":
-        return local_kernel(
-            helion.kernel(
-                _scaled_mm_body,
-                config=config,
-                static_shapes=False,
-                ignore_warnings=[helion.exc.TensorOperationInWrapper],
-            )
-        )
-    return local_kernel(_shared_kernel(), config=config)
+    """The kernel of one config (:func:`hlcore.helion_compat.config_kernel`: every config of the
+    GEMM shares one Helion binding per specialization when Helion generates code)."""
+    return config_kernel(_scaled_mm_body, helion_config(config_text))
 
 
 def scaled_mm_kernel():
     """The bare Helion kernel (no config), for autotuning: ``kernel.autotune(kernel_args(...))``."""
-    return local_kernel(
-        helion.kernel(
-            _scaled_mm_body, static_shapes=False, ignore_warnings=[helion.exc.TensorOperationInWrapper]
-        )
-    )
+    return local_kernel(gemm_kernel(_scaled_mm_body))
 
 
 # --------------------------------------------------------------------------------------------
