@@ -38,3 +38,20 @@ def test_a_phase_that_raises_is_still_counted_and_order_is_fixed(fake_clock):
 
 def test_nothing_timed_says_none(fake_clock):
     assert startup.summary() == "none"
+
+
+def test_importing_the_kernels_is_its_own_phase_once(fake_clock, monkeypatch):
+    imported = []
+
+    def fake_import(name):
+        fake_clock[0] += 1.5
+        imported.append(name)
+        monkeypatch.setitem(startup.sys.modules, name, object())
+
+    monkeypatch.setattr(startup.importlib, "import_module", fake_import)
+    startup.import_kernels("hl_fake_kernels")
+    startup.import_kernels("hl_fake_kernels")  # imported: nothing timed again
+    with startup.timed("first Helion calls"):
+        fake_clock[0] += 0.5
+    assert imported == ["hl_fake_kernels"]
+    assert startup.summary() == "importing Helion 1.5 s, first Helion calls 0.5 s"

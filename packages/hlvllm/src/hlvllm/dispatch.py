@@ -101,6 +101,7 @@ def run(
         guard.check_key(fmt, m, n, k)  # a size or shape check_all did not cover
     path = route(fmt, m, n, k)
     if path == HELION:
+        startup.import_kernels()
         if helion_at is not None and not capturing:
             from hlvllm import precompile
 

@@ -10,6 +10,8 @@ Each phase of ours that runs before the first CUDA graph is replayed adds up her
 * ``waiting for workers``: the first Helion call waiting for the worker processes;
 * ``speed guard``: timing Helion against vLLM's kernel on untuned shapes (:mod:`hlvllm.guard`);
 * ``precompile threads``: ``HL_PRECOMPILE_THREADS``' compiles before a shape's first call;
+* ``importing Helion``: the first import of hlcore's GEMM module, with Helion itself
+  (:func:`import_kernels`, before the first Helion call; 0 when something imported them earlier);
 * ``first Helion calls``: each (format, M, N, K)'s first eager Helion call (kernel load or compile);
 * ``checks against vLLM``: vLLM's kernel on the same inputs, compared once per key.
 
@@ -20,6 +22,8 @@ Nested phases are counted in both (``recording`` is part of ``shape registration
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -32,6 +36,7 @@ PHASES = (
     "waiting for workers",
     "speed guard",
     "precompile threads",
+    "importing Helion",
     "first Helion calls",
     "checks against vLLM",
 )
@@ -47,6 +52,14 @@ def timed(phase: str) -> Iterator[None]:
         yield
     finally:
         SECONDS[phase] += clock() - t0
+
+
+def import_kernels(module: str = "hlcore.scaled_mm") -> None:
+    """Import ``module`` (hlcore's GEMM, and with it Helion) unless imported already, timed as
+    ``importing Helion``, so that the first Helion call's seconds are its own."""
+    if module not in sys.modules:
+        with timed("importing Helion"):
+            importlib.import_module(module)
 
 
 def summary() -> str:
