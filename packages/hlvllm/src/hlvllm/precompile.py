@@ -21,7 +21,9 @@ A job that fails is logged at debug level only: the real call at that size meets
 falls back with its warning. Not under CUDA-graph capture, not twice for a shape; the capture sizes
 are read from vLLM's compilation config when the precompile runs (vLLM may change them after model
 load). Under the CPU interpreters (``TRITON_INTERPRET``, ``HELION_INTERPRET``, whose global state
-threads would share) the jobs run one after the other.
+threads would share) the jobs run one after the other on the calling thread (a Helion bind on a
+second thread followed by the main thread's first ``torch.compile`` crashed in Dynamo's fake
+tensors there).
 
 Off by default: on the H200 (2026-12-01 evening, 8-layer Qwen3-8B FP8_Dynamic, one sample) 16
 threads took CUDA-graph capture from 26 to 22 s; most of a Helion compile holds the GIL
@@ -164,8 +166,12 @@ def precompile_shape(
         except Exception as exc:  # noqa: BLE001 - the real call at this size reports it
             failed.append(f"M={size}: {type(exc).__name__}: {str(exc)[:200]}")
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hlvllm-precompile") as pool:
-        list(pool.map(job, sizes))
+    if workers == 1:  # on this thread: no second thread binding Helion kernels (fake tensors)
+        for size in sizes:
+            job(size)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hlvllm-precompile") as pool:
+            list(pool.map(job, sizes))
     if cuda:
         torch.cuda.current_stream().synchronize()
     logger.info(
