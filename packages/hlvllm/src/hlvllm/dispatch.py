@@ -101,7 +101,6 @@ def run(
         guard.check_key(fmt, m, n, k)  # a size or shape check_all did not cover
     path = route(fmt, m, n, k)
     if path == HELION:
-        startup.import_kernels()
         if helion_at is not None and not capturing:
             from hlvllm import precompile
 
@@ -113,6 +112,7 @@ def run(
             except Exception as exc:  # noqa: BLE001 - a speed-up only: never fail the call for it
                 logger.warning("hlvllm: precompile of %s N=%d K=%d failed (%s)", fmt, n, k, exc)
         try:
+            startup.import_kernels()  # a failing import falls back like any Helion failure
             first = not capturing and (fmt, m, n, k) not in _validated
             with startup.timed("first Helion calls") if first else contextlib.nullcontext():
                 out = helion_fn()
