@@ -95,6 +95,25 @@ def test_helion_failure_falls_back_with_warning(op, hl_env, caplog):
     assert rel_error(out, scaled_mm_ref(**d)) == 0.0
 
 
+def test_a_failing_kernel_import_falls_back_with_warning(op, hl_env, caplog):
+    """The first Helion call imports hlcore's GEMM module (timed, hlvllm.startup): an import that
+    fails (a broken Helion install) is a Helion failure like any other: vLLM's kernel, one warning."""
+    from hlvllm import startup
+
+    fn, dispatch, calls = op
+
+    def broken(module="hlcore.scaled_mm"):
+        raise ImportError("helion is broken here")
+
+    hl_env.setattr(startup, "import_kernels", broken)
+    args, d = _args(4)
+    with caplog.at_level("WARNING", logger="vllm.hlvllm"):
+        out = fn(*args)
+    assert calls == [4]
+    assert sum("Helion fp8_dynamic kernel failed" in r.message for r in caplog.records) == 1
+    assert rel_error(out, scaled_mm_ref(**d)) == 0.0
+
+
 def test_m_zero(op):
     fn, dispatch, calls = op
     args, _ = _args(0)
