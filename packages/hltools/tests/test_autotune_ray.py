@@ -51,6 +51,7 @@ def cluster():
     """A one-machine Ray cluster with 2 CPUs and 2 (fake) GPUs; this module's functions travel to
     its workers by value (the test module is not importable there)."""
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing sent anywhere from a test
     autotune_ray.connect(
         "local",
         num_cpus=2,
