@@ -211,6 +211,46 @@ def fallback_keys(existing: ConfigFile | None) -> set:
     return set() if existing is None else {kid for kid, e in existing.entries.items() if e.fallback}
 
 
+@dataclass
+class Resume:
+    """Where a run starts (:func:`resume`): ``stale``, why the file must start afresh (another GPU's
+    or helion's; only with ``force``), else None; ``skipped``, key index -> status of the keys
+    already in the file; ``todo``, the indices of the keys to tune, in order."""
+
+    stale: str | None
+    skipped: dict[int, KeyStatus]
+    todo: list[int]
+
+
+def resume(keys: Sequence[TuneKey], path: Path, metadata: dict[str, Any], force: bool = False) -> Resume:
+    """The resume rule of every run (one GPU, ``--gpus``, ``--ray``): keys already in ``path`` are
+    skipped unless ``force``; a file whose metadata names another GPU or helion version raises
+    :class:`AutotuneError` unless ``force`` (then it is ``stale`` and starts afresh)."""
+    existing = load_existing(path)
+    stale = None
+    if existing is not None:
+        stale = metadata_mismatch(existing.metadata, metadata.get("gpu"), metadata.get("helion")) or None
+        if stale and not force:
+            raise AutotuneError(
+                f"{path}: {stale}; rerun with --force to retune and replace it (or pick another --output)"
+            )
+    done = set() if force else done_keys(existing)
+    skipped = {
+        i: KeyStatus(key, "skipped", message="already tuned")
+        for i, key in enumerate(keys)
+        if _kid(key) in done
+    }
+    return Resume(stale, skipped, [i for i in range(len(keys)) if i not in skipped])
+
+
+def save_tuned(path: Path, status: KeyStatus, metadata: dict[str, Any], *, merge: bool) -> None:
+    """A ``tuned`` key's entry into ``path`` (marked fallback where vLLM's kernel was faster)."""
+    result = status.result
+    result.fallback = result.fallback or result.slower_than_fallback()
+    entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats())
+    save_config_file(path, [entry], metadata, merge=merge)
+
+
 def run_autotune(
     keys: Sequence[TuneKey],
     path: Path,
@@ -227,27 +267,19 @@ def run_autotune(
 ) -> RunSummary:
     """Tune ``keys`` into ``path`` (see the module docstring), saving after each key.
 
-    ``metadata`` (``gpu``, ``helion`` and the provenance fields) is written with every save. An
-    existing file whose metadata names another GPU or helion version raises :class:`AutotuneError`
-    unless ``force`` (then the file is started afresh). ``budget_seconds`` bounds the whole run:
-    each key's search gets an equal share of what is left, and keys not started in time are
-    ``not run`` (a rerun resumes). Exceptions from ``tune``/``check`` mark that key ``failed``."""
-    existing = load_existing(path)
-    fresh = False
-    if existing is not None:
-        reason = metadata_mismatch(existing.metadata, metadata.get("gpu"), metadata.get("helion"))
-        if reason and not force:
-            raise AutotuneError(
-                f"{path}: {reason}; rerun with --force to retune and replace it (or pick another --output)"
-            )
-        fresh = bool(reason)
-    done = set() if force else done_keys(existing)
+    ``metadata`` (``gpu``, ``helion`` and the provenance fields) is written with every save. The
+    resume rule is :func:`resume` (``force`` retunes, and starts a file of another GPU or helion
+    version afresh). ``budget_seconds`` bounds the whole run: each key's search gets an equal share
+    of what is left, and keys not started in time are ``not run`` (a rerun resumes). Exceptions
+    from ``tune``/``check`` mark that key ``failed``."""
+    plan = resume(keys, path, metadata, force)
+    fresh = plan.stale is not None
     summary = RunSummary(path)
     deadline = None if budget_seconds is None else clock() + budget_seconds
-    left = sum(1 for k in keys if force or _kid(k) not in done)  # keys still to tune
-    for key in keys:
-        if not force and _kid(key) in done:
-            status = KeyStatus(key, "skipped", message="already tuned")
+    left = len(plan.todo)  # keys still to tune
+    for i, key in enumerate(keys):
+        if i in plan.skipped:
+            status = plan.skipped[i]
             summary.statuses.append(status)
             if on_done:
                 on_done(status)
@@ -270,10 +302,7 @@ def run_autotune(
         status.seconds = clock() - start
         left -= 1
         if status.status == "tuned":
-            result = status.result
-            result.fallback = result.fallback or result.slower_than_fallback()
-            entry = ConfigEntry(key.key, result.config, result.fallback, result.stats())
-            save_config_file(path, [entry], metadata, merge=not fresh)
+            save_tuned(path, status, metadata, merge=not fresh)
             fresh = False
         summary.statuses.append(status)
         if on_done:

@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hlcore.config_store import ConfigEntry, save_config_file
 from hltools import autotune as at
 
 #: ``() -> (gpu_name, tune, check) | None``: the GPU backend a task uses on its node (tests give a fake).
@@ -85,14 +84,6 @@ def gpu_name_of_cluster(ray, backend: Backend = at.gpu_backend) -> str:
     return name
 
 
-def _save(path: Path, status: at.KeyStatus, metadata: dict[str, Any], *, merge: bool) -> None:
-    """A tuned key into the file, as :func:`hltools.autotune.run_autotune` saves it."""
-    result = status.result
-    result.fallback = result.fallback or result.slower_than_fallback()
-    entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats())
-    save_config_file(path, [entry], metadata, merge=merge)
-
-
 def run_on_ray(
     ray,
     keys: Sequence[at.TuneKey],
@@ -109,29 +100,17 @@ def run_on_ray(
     clock: Callable[[], float] = time.monotonic,
 ) -> at.RunSummary:
     """Tune ``keys`` into ``path`` with one Ray task per key on the cluster's GPUs (see the module
-    docstring); ``ray`` is the connected module (:func:`connect`). Keys already in ``path`` are
-    skipped unless ``force``; an existing file of another GPU or helion version raises
-    :class:`hltools.autotune.AutotuneError` unless ``force`` (then it starts afresh), as
-    :func:`hltools.autotune.run_autotune` does. ``env``: environment variables of the tasks (Ray's
+    docstring); ``ray`` is the connected module (:func:`connect`). The resume rule is
+    :func:`hltools.autotune.resume`, as for every run. ``env``: environment variables of the tasks (Ray's
     ``runtime_env``; the run's :func:`hltools.autotune.benchmark_env`). Returns the summary in the
     order of ``keys``."""
-    existing = at.load_existing(path)
-    reason = existing and at.metadata_mismatch(existing.metadata, metadata.get("gpu"), metadata.get("helion"))
-    if reason and not force:
-        raise at.AutotuneError(
-            f"{path}: {reason}; rerun with --force to retune and replace it (or pick another --output)"
-        )
-    fresh = bool(reason)
-    done = set() if force else at.done_keys(existing)
-    statuses: dict[int, at.KeyStatus] = {}
-    todo = []
-    for i, key in enumerate(keys):
-        if at._kid(key) in done:
-            statuses[i] = at.KeyStatus(key, "skipped", message="already tuned")
-            if on_done:
-                on_done(statuses[i])
-        else:
-            todo.append((i, key))
+    plan = at.resume(keys, path, metadata, force)
+    fresh = plan.stale is not None
+    statuses: dict[int, at.KeyStatus] = dict(plan.skipped)
+    if on_done:
+        for status in statuses.values():
+            on_done(status)
+    todo = [(i, keys[i]) for i in plan.todo]
     slots = max(1, int(ray.cluster_resources().get("GPU", 0)))
     task = ray.remote(num_gpus=1)(_tune_task)
     if env:
@@ -164,7 +143,7 @@ def run_on_ray(
                 keys[i], "failed", message=f"Ray task failed: {type(exc).__name__}: {exc}"[:300]
             )
         if status.status == "tuned":
-            _save(path, status, metadata, merge=not fresh)
+            at.save_tuned(path, status, metadata, merge=not fresh)
             fresh = False
         statuses[i] = status
         if on_done:

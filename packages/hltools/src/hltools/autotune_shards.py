@@ -102,20 +102,10 @@ def run_sharded(
     (``force`` retunes them, as :func:`hltools.autotune.run_autotune` does, after the same check of
     the file's GPU and helion version). Returns one summary over all workers."""
     merge_shards(path)
-    existing = at.load_existing(path)
-    reason = existing and at.metadata_mismatch(existing.metadata, metadata.get("gpu"), metadata.get("helion"))
-    if reason and not force:
-        raise at.AutotuneError(
-            f"{path}: {reason}; rerun with --force to retune and replace it (or pick another --output)"
-        )
-    done = set() if force else at.done_keys(existing)
+    plan = at.resume(keys, path, metadata, force)
     summary = at.RunSummary(path)
-    todo = []
-    for key in keys:
-        if at._kid(key) in done:
-            summary.statuses.append(at.KeyStatus(key, "skipped", message="already tuned"))
-        else:
-            todo.append(key)
+    summary.statuses = list(plan.skipped.values())
+    todo = [keys[i] for i in plan.todo]
     parts = shard_keys(todo, len(gpus))
     run = {"metadata": metadata, "force": True, "budget_seconds": budget_seconds}  # a shard file is new
     with mp.get_context(context).Pool(len(parts) or 1) as pool:
@@ -123,7 +113,7 @@ def run_sharded(
             pool.apply_async(_worker, (i, gpus[i], part, path, run, options)) for i, part in enumerate(parts)
         ]
         summaries = [r.get() for r in results]
-    if reason:  # --force over another GPU's or helion's file: it starts afresh, as run_autotune does
+    if plan.stale:  # --force over another GPU's or helion's file: it starts afresh, as run_autotune does
         path.unlink()
     merge_shards(path, metadata)
     for part in summaries:

@@ -7,7 +7,7 @@ import os
 import shlex
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -217,8 +217,7 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
             keys, path, gpu_ids, options=options, metadata=meta, force=force, budget_seconds=budget
         )
     except at.AutotuneError as exc:
-        out.print(f"[bold red]{exc}")
-        raise typer.Exit(2) from None
+        _cannot_start(out, exc)
 
 
 def _autotune_on_ray(
@@ -266,8 +265,14 @@ def _tune_on_ray(out: Console, address, keys, output: Path, command, options, fo
             on_done=lambda status: out.print(at.status_line(status), markup=False, highlight=False),
         )
     except at.AutotuneError as exc:
-        out.print(str(exc), style="bold red", markup=False, highlight=False)
-        raise typer.Exit(2) from None
+        _cannot_start(out, exc)
+
+
+def _cannot_start(out: Console, exc: Exception) -> NoReturn:
+    """A run that cannot start: its reason in red, as written (no rich markup: ``hltools[ray]``,
+    paths), and exit 2."""
+    out.print(str(exc), style="bold red", markup=False, highlight=False)
+    raise typer.Exit(2) from None
 
 
 def _num_tokens(text: str | None) -> list[int]:
@@ -344,5 +349,4 @@ def _tune(out: Console, keys: list, path: Path, options, run: dict):
                 on_start=lambda key: progress.update(task, description=f"tuning {key.label}"), **run,
             )  # fmt: skip
         except at.AutotuneError as exc:
-            out.print(f"[bold red]{exc}")
-            raise typer.Exit(2) from None
+            _cannot_start(out, exc)
