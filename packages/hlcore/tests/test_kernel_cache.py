@@ -19,7 +19,6 @@ import torch
 from hlcore import kernel_cache as kc
 from hlcore import norm
 from hlcore import scaled_mm as sm
-from hlcore.helion_compat import shared_kernel
 from hlcore.testing import rel_error, tolerance
 
 HELION_MODE = os.environ.get("HELION_INTERPRET") == "1"
@@ -82,12 +81,7 @@ def test_off_without_the_variable(monkeypatch):
     try:
         kernel = sm._kernel_for(sm.config_json(CFG, "scaled_mm"))
         assert not isinstance(kernel, kc.CachedKernel)
-        if HELION_MODE:
-            assert type(kernel).__name__ == "Kernel"
-        else:  # the config over the shared kernel's bindings, no disk
-            assert isinstance(kernel, kc.ConfiguredKernel) and kernel.kernel is shared_kernel(
-                sm._scaled_mm_body
-            )
+        assert type(kernel).__name__ == "Kernel"
         monkeypatch.setenv(kc.ENV_VAR, "")
         assert kc.cached_kernel(kernel) is kernel
     finally:
@@ -106,39 +100,6 @@ def test_off_in_helion_eager_mode(cache_dir, monkeypatch):
         assert isinstance(kernel, kc.CachedKernel)
         monkeypatch.setenv("HELION_INTERPRET", "1")
         assert kc.cached_kernel(kernel.kernel) is kernel.kernel
-
-
-@needs_codegen
-@pytest.mark.parametrize("cached", [False, True])
-def test_configs_of_one_shape_share_one_binding(tmp_path, monkeypatch, cached):
-    """Two configs of one shape: Helion traces the body once (one binding, one compiled module per
-    config), each config gives the fp32 reference's result, and a second call of each runs the
-    stored host function (no bind). With the kernel cache: one entry per config."""
-    if cached:
-        monkeypatch.setenv(kc.ENV_VAR, str(tmp_path / "kc"))
-    else:
-        monkeypatch.delenv(kc.ENV_VAR, raising=False)
-    _clear_kernels()
-    shared_kernel.cache_clear()
-    try:
-        binds = []
-        kernel = shared_kernel(sm._scaled_mm_body)
-        original = type(kernel).bind
-        monkeypatch.setattr(kernel, "bind", lambda args: binds.append(1) or original(kernel, args))
-        d = sm.generate_scaled_mm_inputs(4, 64, 256, device=DEVICE, seed=5)
-        ref = sm.scaled_mm_ref(**d)
-        for config in (CFG, CFG2, CFG, CFG2):
-            out = sm.scaled_mm(**d, config=config)
-            assert rel_error(out, ref) <= tolerance("fp8_dynamic", torch.bfloat16)
-        assert len(binds) == 2  # one per config's first call, answered from one binding
-        assert len(kernel._bound_kernels) == 1
-        (bound,) = kernel._bound_kernels.values()
-        assert len(bound._compile_cache) == 2
-        if cached:
-            assert len(_entries(tmp_path / "kc", "_scaled_mm_body")) == 2
-    finally:
-        _clear_kernels()
-        shared_kernel.cache_clear()
 
 
 def test_bare_kernel_for_autotuning_is_not_wrapped(cache_dir):

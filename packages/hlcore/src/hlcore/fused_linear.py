@@ -96,8 +96,8 @@ def config_from_scaled_mm(config: Any) -> dict:
 
 @functools.cache
 def _kernel_for(config_text: str):
-    """The kernel of one config (:func:`hlcore.helion_compat.config_kernel`: the configs share one
-    Helion binding per specialization when Helion generates code)."""
+    """One ``helion.Kernel`` per config (:func:`hlcore.helion_compat.config_kernel`), the same in
+    compiled and both interpret modes."""
     config = dict(helion.Config.from_json(config_text))
     return config_kernel(_block_fp8_linear_body, helion.Config(**{"split_k": 1, "swap_ab": False, **config}))
 

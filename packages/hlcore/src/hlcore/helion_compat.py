@@ -24,15 +24,12 @@ which no descriptor uses as its block shape.
 
 Last, with ``HL_KERNEL_CACHE_DIR`` set, :func:`local_kernel` returns the kernel wrapped in
 :class:`hlcore.kernel_cache.CachedKernel` (Helion's generated code cached on disk, so a new process
-skips binding and code generation); unset, the kernel itself, unchanged. Given a config for a kernel
-without configs, it returns that config over the kernel's shared bindings
-(:class:`hlcore.kernel_cache.ConfiguredKernel`, cached the same way).
+skips binding and code generation); unset, the kernel itself, unchanged.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
 
 
@@ -83,21 +80,19 @@ def _patch_get_block_id() -> None:
     CompileEnvironment.get_block_id = get_block_id
 
 
-def local_kernel(kernel, config=None):
+def local_kernel(kernel):
     """Return ``kernel`` (a ``helion.Kernel``) marked as never distributed, with the TMA block-size
     fix installed, and wrapped by the on-disk code cache when ``HL_KERNEL_CACHE_DIR`` is set (see
-    module docstring). With ``config`` (a ``helion.Config``; ``kernel`` has none of its own): that
-    config over the kernel's shared bindings (:class:`hlcore.kernel_cache.ConfiguredKernel`,
-    cached on disk the same way)."""
-    from hlcore.kernel_cache import ConfiguredKernel, cached_kernel
-
+    module docstring)."""
     if not hasattr(kernel, "_compute_is_distributed"):
-        _patch_get_block_id()  # another Helion: no local marking, so no cache either (it keys on that)
-        return kernel if config is None else ConfiguredKernel(kernel, config)
+        _patch_get_block_id()
+        return kernel  # another Helion: no local marking, so no cache either (it keys on that)
     kernel._compute_is_distributed = _never_distributed
     _patch_is_symm_mem_tensor()
     _patch_get_block_id()
-    return cached_kernel(kernel, config=config)
+    from hlcore.kernel_cache import cached_kernel
+
+    return cached_kernel(kernel)
 
 
 def gemm_kernel(body: Callable, config=None):
@@ -110,17 +105,9 @@ def gemm_kernel(body: Callable, config=None):
     )
 
 
-@functools.cache
-def shared_kernel(body: Callable):
-    """The config-less :func:`gemm_kernel` of ``body`` whose bindings all its configs share."""
-    return gemm_kernel(body)
-
-
 def config_kernel(body: Callable, config):
-    """``body``'s kernel of one ``config`` (a ``helion.Config``), :func:`local_kernel`: when Helion
-    generates code, that config over :func:`shared_kernel`'s bindings (one trace of the body per
-    specialization for all configs, :class:`hlcore.kernel_cache.ConfiguredKernel`); in Helion's
-    eager reference mode (``HELION_INTERPRET=1``, no code generation) a kernel with that config fixed."""
-    if os.environ.get("HELION_INTERPRET") == "1":
-        return local_kernel(gemm_kernel(body, config))
-    return local_kernel(shared_kernel(body), config=config)
+    """``body``'s kernel with ``config`` (a ``helion.Config``) fixed, :func:`local_kernel`: one
+    ``helion.Kernel`` per config, whose own dispatch reuses a binding across M (one binding shared
+    by all configs, through ``kernel.bind(args).compile_config(config)``, was bound again at nearly
+    every M on the H200: docs/architecture.md)."""
+    return local_kernel(gemm_kernel(body, config))

@@ -40,15 +40,8 @@ Any failure in the cache path (unsupported argument, unreadable or corrupt file,
 mismatch, import error of the cached source, error of its first run) logs one warning or debug
 line and takes Helion's normal path; a corrupt or failing entry is rewritten after that call. Not
 enabled: ``HL_KERNEL_CACHE_DIR`` unset or empty (plain Helion kernels, unchanged), ``HELION_INTERPRET=1``
-(no code generation), kernels without exactly one fixed config (or, for a :class:`ConfiguredKernel`,
-with configs of their own), with a ``key=`` function, a non-Triton backend, or ``print_output_code``
-/ ``print_repro``.
-
-Several configs of one kernel (hlcore's GEMM picks one per shape and M) share Helion's binding:
-:func:`cached_kernel` with ``config=`` takes a kernel without configs and runs ``config`` through a
-:class:`ConfiguredKernel` (``kernel.bind(args).compile_config(config)``), so a second config of an
-already bound shape costs code generation and Triton's compile, not another trace of the body; its
-entries are keyed like a fixed-config kernel's (the config JSON in the kernel part). In vLLM, ``hlvllm`` sets
+(no code generation), kernels without exactly one fixed config, with a ``key=`` function, a
+non-Triton backend, or ``print_output_code`` / ``print_repro``. In vLLM, ``hlvllm`` sets
 ``HL_KERNEL_CACHE_DIR`` to ``<VLLM_CACHE_ROOT>/hlcore_kernels`` when it is unset (``hlvllm.plugin``).
 """
 
@@ -63,7 +56,6 @@ import os
 import re
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,7 +74,6 @@ _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 _PLAIN_TYPES = frozenset((bool, int, str, torch.dtype, torch.device, type(None)))
 _HELION_PATH = object()  # in-process marker: these arguments always take Helion's own call
 _warned: set[str] = set()
-_BIND_LOCK = threading.Lock()  # ConfiguredKernel: one bind + compile at a time
 
 
 class CacheEntryError(Exception):
@@ -293,8 +284,8 @@ def write_entry(path: Path, entry_key: str, name: str, source: str) -> None:
 # --------------------------------------------------------------------------------------------
 # The wrapper
 # --------------------------------------------------------------------------------------------
-def _unsupported_reason(kernel: Any, config: Any = None) -> str | None:
-    """Why ``kernel`` (a ``helion.Kernel``; run with ``config`` when given) is not cached, or None."""
+def _unsupported_reason(kernel: Any) -> str | None:
+    """Why ``kernel`` (a ``helion.Kernel``) is not cached, or None."""
     if os.environ.get("HELION_INTERPRET") == "1":
         return "HELION_INTERPRET=1 (no code generation)"
     for attr in ("_base_specialization_key", "_get_bound_kernel_cache_key", "_bound_kernels", "signature"):
@@ -310,90 +301,34 @@ def _unsupported_reason(kernel: Any, config: Any = None) -> str | None:
         return "a key= function"
     if getattr(kernel, "cute_structural_policy", None) is not None:
         return "a CuTe structural policy"
-    if config is None and len(kernel.configs) != 1:
+    if len(kernel.configs) != 1:
         return f"{len(kernel.configs)} configs (needs exactly one fixed config)"
-    if config is not None and kernel.configs:
-        return f"{len(kernel.configs)} configs of its own besides the given one"
     if getattr(settings, "print_output_code", False) or getattr(settings, "print_repro", False):
         return "print_output_code / print_repro"
     return None
 
 
-def cached_kernel(kernel: Any, cache_dir: str | os.PathLike | None = None, *, config: Any = None) -> Any:
+def cached_kernel(kernel: Any, cache_dir: str | os.PathLike | None = None) -> Any:
     """``kernel`` (a ``helion.Kernel``) wrapped in a :class:`CachedKernel` over ``cache_dir``
-    (default ``HL_KERNEL_CACHE_DIR``); when no directory is set or the kernel cannot be cached (see
-    the module docstring), ``kernel`` itself, or with ``config`` (a ``helion.Config`` for a kernel
-    without configs of its own) a :class:`ConfiguredKernel`."""
+    (default ``HL_KERNEL_CACHE_DIR``); ``kernel`` itself when no directory is set or the kernel
+    cannot be cached (see the module docstring)."""
     directory = Path(cache_dir) if cache_dir is not None else cache_dir_from_env()
-    if isinstance(kernel, (CachedKernel, ConfiguredKernel)):
+    if directory is None or isinstance(kernel, CachedKernel):
         return kernel
-    reason = "no cache directory" if directory is None else _unsupported_reason(kernel, config)
+    reason = _unsupported_reason(kernel)
     if reason is not None:
-        if directory is not None:
-            log.debug("kernel cache off for %s: %s", getattr(kernel, "name", kernel), reason)
-        return kernel if config is None else ConfiguredKernel(kernel, config)
-    return CachedKernel(kernel, directory, config=config)
-
-
-class ConfiguredKernel:
-    """A ``helion.Kernel`` without configs of its own, run with ``config``: one object per config,
-    all sharing the kernel's bindings.
-
-    Helion binds (traces the body: most of a first call's cost) once per specialization of the
-    arguments, and ``BoundKernel.compile_config`` generates code per config of a binding, as its
-    autotuner does; a kernel created with a fixed config binds again for every config. Here every
-    config of one kernel reuses the binding (``kernel.bind(args)``) and compiles only its own code
-    (cached by Helion per binding and config); the host function is kept per exact call metadata
-    (:func:`call_key`). Binding and compiling hold one lock of the process (threads compiling two
-    configs of one binding). Every other attribute is the kernel's; ``configs`` is ``[config]``."""
-
-    def __init__(self, kernel: Any, config: Any) -> None:
-        self.kernel = kernel
-        self.config = config
-        self._runs: dict[tuple, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.kernel, name)
-
-    @property
-    def configs(self) -> list:
-        return [self.config]
-
-    def compiled(self, args: Sequence[object]) -> Callable:
-        """The host function of this config for ``args`` (bound and compiled on first use)."""
-        with _BIND_LOCK:
-            return self.kernel.bind(tuple(args)).compile_config(self.config)
-
-    def __call__(self, *args: object, **kwargs: object) -> Any:
-        if kwargs:
-            args = tuple(self.kernel.normalize_args(*args, **kwargs))
-        try:
-            key = None if torch.compiler.is_compiling() else call_key(args)
-        except Exception:  # e.g. a tensor without storage (fake, under tracing)
-            key = None
-        run = self._runs.get(key) if key is not None else None
-        if run is None:
-            run = self.compiled(args)
-            if key is not None:
-                self._runs[key] = run
-        return run(*args)
-
-    def reset(self) -> None:
-        """Forget this process's host functions and reset the Helion kernel."""
-        self._runs.clear()
-        self.kernel.reset()
+        log.debug("kernel cache off for %s: %s", getattr(kernel, "name", kernel), reason)
+        return kernel
+    return CachedKernel(kernel, directory)
 
 
 class CachedKernel:
     """A ``helion.Kernel`` with the in-process and on-disk generated-code cache in front of its
-    call; every other attribute (``configs``, ``bind``, ``settings``, ...) is the kernel's. With
-    ``config``, the kernel has no config of its own and runs that one through a
-    :class:`ConfiguredKernel` (bindings shared by every config of the kernel)."""
+    call; every other attribute (``configs``, ``bind``, ``settings``, ...) is the kernel's."""
 
-    def __init__(self, kernel: Any, cache_dir: Path, *, config: Any = None) -> None:
+    def __init__(self, kernel: Any, cache_dir: Path) -> None:
         self.kernel = kernel
         self.cache_dir = Path(cache_dir)
-        self.configured = None if config is None else ConfiguredKernel(kernel, config)
         self._runs: dict[tuple, Any] = {}
         self._num_params = len(kernel.signature.parameters)
 
@@ -415,23 +350,11 @@ class CachedKernel:
                     return run(*args)
                 if run is None:
                     return self._first_call(args, key)
-        return self._helion(args, kwargs)
-
-    @property
-    def configs(self) -> list:
-        return self.configured.configs if self.configured is not None else self.kernel.configs
-
-    def _helion(self, args: tuple, kwargs: dict | None = None) -> Any:
-        """Helion's own call: the kernel's, or the given config's over the shared binding."""
-        if self.configured is not None:
-            return self.configured(*args, **(kwargs or {}))
-        return self.kernel(*args, **(kwargs or {}))
+        return self.kernel(*args, **kwargs)
 
     def reset(self) -> None:
         """Forget this process's entries and reset the Helion kernel (files stay)."""
         self._runs.clear()
-        if self.configured is not None:
-            self.configured._runs.clear()
         self.kernel.reset()
 
     # ---- keys -------------------------------------------------------------------------------
@@ -454,7 +377,7 @@ class CachedKernel:
             "function": f"{fn.__module__}.{fn.__qualname__}",
             "name": k.name,
             "function_file": fn_file,
-            "config": self.configs[0].to_json(),
+            "config": k.configs[0].to_json(),
             "settings": stable_repr(settings),
         }
         return repr(sorted(parts.items()))
@@ -480,7 +403,7 @@ class CachedKernel:
     def _first_call(self, args: tuple, key: tuple) -> Any:
         """First call with this exact metadata in this process: the file, else Helion."""
         if torch.compiler.is_compiling():
-            return self._helion(args)
+            return self.kernel(*args)
         entry_key = path = None
         try:
             entry_key = self.entry_key(args, key)
@@ -510,11 +433,6 @@ class CachedKernel:
                 log.debug("hlcore kernel cache: hit %s", path)
                 return result
         _STATS["misses"] += 1
-        if self.configured is not None:
-            run = self.configured.compiled(args)
-            result = run(*args)
-            self._runs[key] = self._store(args, entry_key, path, run)
-            return result
         result = self.kernel(*args)
         self._runs[key] = self._store(args, entry_key, path)
         return result
@@ -536,17 +454,16 @@ class CachedKernel:
             raise CacheEntryError(f"{self.kernel.name} in the cached source is not a function")
         return run
 
-    def _store(self, args: tuple, entry_key: str | None, path: Path | None, run: Any = None) -> Any:
-        """After Helion's own call: the host function Helion keeps for ``args`` (``run`` when the
-        caller compiled it; the value for the in-process dict; :data:`_HELION_PATH` if it cannot be
-        found), its source written to ``path``."""
-        k = self.kernel
+    def _store(self, args: tuple, entry_key: str | None, path: Path | None) -> Any:
+        """After Helion's own call: the host function Helion keeps for ``args`` (the value for the
+        in-process dict; :data:`_HELION_PATH` if it cannot be found), its source written to
+        ``path``."""
         try:
-            if run is None:
-                signature = k._base_specialization_key(args)
-                cache_key = k._get_bound_kernel_cache_key(args, signature)
-                bound = None if cache_key is None else k._bound_kernels.get(cache_key)
-                run = getattr(bound, "_run", None)
+            k = self.kernel
+            signature = k._base_specialization_key(args)
+            cache_key = k._get_bound_kernel_cache_key(args, signature)
+            bound = None if cache_key is None else k._bound_kernels.get(cache_key)
+            run = getattr(bound, "_run", None)
             if run is None or getattr(run, "__name__", None) != k.name:
                 log.debug("hlcore kernel cache: no compiled bound kernel of %s for these args", k.name)
                 return _HELION_PATH

@@ -197,8 +197,8 @@ def run_jobs(jobs: Sequence[Job]) -> list[dict]:
 
 
 def split(jobs: Sequence[Job], processes: int) -> list[list[Job]]:
-    """Jobs in at most ``processes`` groups, each config's jobs in one group (its code is generated
-    once per binding), the largest configs first onto the least loaded group."""
+    """Jobs in at most ``processes`` groups, each config's jobs in one group (it binds once), the
+    largest configs first onto the least loaded group."""
     by_config: dict[tuple[str, str], list[Job]] = {}
     for job in jobs:
         by_config.setdefault((job.kernel, job.config), []).append(job)

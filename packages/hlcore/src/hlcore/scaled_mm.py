@@ -160,8 +160,8 @@ def check_config_text(config_text: str) -> None:
 
 @functools.cache
 def _kernel_for(config_text: str):
-    """The kernel of one config (:func:`hlcore.helion_compat.config_kernel`: every config of the
-    GEMM shares one Helion binding per specialization when Helion generates code)."""
+    """One ``helion.Kernel`` per config (:func:`hlcore.helion_compat.config_kernel`), the same in
+    compiled and both interpret modes."""
     return config_kernel(_scaled_mm_body, helion_config(config_text))
 
 
