@@ -57,7 +57,10 @@ def main() -> int:
     from hlcore.scaled_mm_config import pick_scaled_mm_config
 
     counts = collections.Counter()
-    for cls, name, key in ((hk.BoundKernel, "__init__", "bind"), (hk.BoundKernel, "compile_config", "codegen")):
+    for cls, name, key in (
+        (hk.BoundKernel, "__init__", "bind"),
+        (hk.BoundKernel, "compile_config", "codegen"),
+    ):
         orig = getattr(cls, name)
 
         def timed(self, *a, _orig=orig, _key=key, **k):
