@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import stat
 
 import pytest
 
@@ -247,3 +248,27 @@ def test_stats_sidecar_rejects_bad_files_naming_them(tmp_path, content, reason):
     assert path.read_text() == content
     with pytest.raises(FileNotFoundError):
         cs.read_stats_file(tmp_path / "missing.stats.json")
+
+
+def test_written_files_get_the_mode_of_a_plainly_written_file(tmp_path):
+    """mkstemp creates 0600 files; a config file (or kernel-cache entry) moved into place must be
+    readable as a plain open() would have made it: 0666 less the umask (a server reading
+    HL_CONFIG_DIR may run as another user)."""
+    from hlcore import kernel_cache
+
+    old = os.umask(0o027)
+    cs.new_file_mode.cache_clear()
+    try:
+        assert cs.new_file_mode() == 0o640
+        cs.write_text_atomic(tmp_path / "a.json", "{}\n")
+        path = tmp_path / "cfg" / "nvidia_h200.json"
+        cs.save_config_file(path, [], {"gpu": "nvidia_h200"})
+        entry = tmp_path / "kc" / "k" / "e.py"
+        kernel_cache.write_entry(entry, "key", "k", "x = 1\n")
+        with open(tmp_path / "plain", "w") as f:
+            f.write("")
+        for p in (tmp_path / "a.json", path, entry, tmp_path / "plain"):
+            assert stat.S_IMODE(p.stat().st_mode) == 0o640, p
+    finally:
+        os.umask(old)
+        cs.new_file_mode.cache_clear()

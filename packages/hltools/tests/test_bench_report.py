@@ -84,12 +84,15 @@ def test_report_refuses_a_folder_that_holds_results(results, tmp_path):
     before = _files(results)
     message = _message(invoke(str(results), "--output", str(results)))
     assert message == (
-        f"Invalid value for --output: {results} holds bench results: its files are rewritten only with "
-        "--in-place (and no --output)"
+        f"Invalid value for --output: {results} holds bench results of its own: write the report to "
+        f"another folder, or run `bench report {results} --in-place` to rewrite that folder's own tables"
     )
     other = tmp_path / "other-results"
     shutil.copytree(results, other)
-    assert "holds bench results" in _message(invoke(str(results), "--output", str(other)))
+    message = _message(invoke(str(results), "--output", str(other)))
+    assert (
+        f"{other} holds bench results of its own" in message and f"bench report {other} --in-place" in message
+    )
     assert _files(results) == before and _files(other) == before
 
 

@@ -386,13 +386,33 @@ def write_json_atomic(path: str | os.PathLike, data: object, *, allow_nan: bool 
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=allow_nan) + "\n")
 
 
+@functools.cache
+def new_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file in this process (``0o666`` less the umask):
+    ``tempfile.mkstemp`` creates its files ``0o600``, and a file moved into place from one must be
+    readable by whoever could read a plainly written one (a config directory written by one user
+    and read by a server running as another). The umask is read from ``/proc/self/status`` where
+    there is one (setting it to read it back would briefly change it for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (no newline translation) to a temporary file beside ``path``, then ``os.replace``
-    it into place; on any error the temporary file is removed and ``path`` is left as it was."""
+    it into place with the mode a plainly written file would have (:func:`new_file_mode`); on any
+    error the temporary file is removed and ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
             f.flush()

@@ -62,6 +62,8 @@ from typing import Any
 
 import torch
 
+from hlcore.config_store import new_file_mode
+
 log = logging.getLogger(__name__)
 
 ENV_VAR = "HL_KERNEL_CACHE_DIR"
@@ -262,7 +264,8 @@ def read_entry(path: Path, entry_key: str, name: str) -> str | None:
 
 
 def write_entry(path: Path, entry_key: str, name: str, source: str) -> None:
-    """Write the entry atomically (a temporary file in the same directory, then ``os.replace``)."""
+    """Write the entry atomically (a temporary file in the same directory, then ``os.replace``), with
+    the mode a plainly written file would have."""
     meta = {
         "key": entry_key,
         "name": name,
@@ -272,6 +275,7 @@ def write_entry(path: Path, entry_key: str, name: str, source: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, new_file_mode())  # mkstemp's 0600 -> what a plain open() would give
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

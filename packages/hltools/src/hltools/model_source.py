@@ -191,10 +191,8 @@ def _source(name: str, config: dict[str, Any], source: str, *, base_match: bool)
         notes.append(
             f"{name}: not a path, an embedded name or in the Hugging Face cache; using {source}'s architecture"
         )
-    if fmt is None:
+    if fmt is None:  # said by the command where it uses it (hltools.options.model_formats)
         fmt = format_of_name(name)
-        if fmt is not None:
-            notes.append(f"{name}: format {fmt} from its name")
     if shapes.is_moe(config):
         kept = ", ".join(s.name for s in shapes.linear_shapes(config))
         notes.append(

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from hlcore.config_store import new_file_mode
 from hlvllm import routing, startup
 from hlvllm.settings import get_settings
 
@@ -285,6 +286,7 @@ def _store(cache_key: str, entry: dict) -> None:
                 pass
         merged.update(entries)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".speed_guard.", suffix=".json")
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w") as f:
             json.dump({"version": CACHE_VERSION, "entries": merged}, f, indent=1, sort_keys=True)
             f.write("\n")

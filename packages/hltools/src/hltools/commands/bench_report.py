@@ -135,7 +135,8 @@ def _destination(directory: Path, output: Path | None, in_place: bool, names: li
     dest = output if output is not None else directory / REPORT_DIR
     if _holds_results(dest):
         raise typer.BadParameter(
-            f"{dest} holds bench results: its files are rewritten only with --in-place (and no --output)",
+            f"{dest} holds bench results of its own: write the report to another folder, or run "
+            f"`bench report {dest} --in-place` to rewrite that folder's own tables",
             param_hint="--output",
         )
     committed = tracked_by_git(dest / n for n in names)

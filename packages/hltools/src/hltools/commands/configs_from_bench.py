@@ -134,7 +134,11 @@ def from_bench(
         min_processes=min_processes,
     )
     if not entries:
-        console.print("[bold red]no usable (Helion, vLLM) pair in the benchmark rows; nothing written")
+        console.print(
+            "[bold red]nothing written: no key has a (Helion, vLLM) pair measured in at least "
+            f"--min-processes {min_processes} process(es) (each kernels.json given is one process); "
+            "the skipped keys say why"
+        )
         for reason in skipped:
             console.print(f"  skipped {reason}", markup=False, highlight=False)
         raise typer.Exit(1)
