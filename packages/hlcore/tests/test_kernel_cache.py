@@ -16,8 +16,8 @@ import time
 import pytest
 import torch
 
+from hlcore import helion_free, norm
 from hlcore import kernel_cache as kc
-from hlcore import norm
 from hlcore import scaled_mm as sm
 from hlcore.testing import rel_error, tolerance
 
@@ -98,8 +98,9 @@ def test_off_in_helion_eager_mode(cache_dir, monkeypatch):
     else:
         kernel = sm._kernel_for(sm.config_json(CFG, "scaled_mm"))
         assert isinstance(kernel, kc.CachedKernel)
+        helion_kernel = kernel.kernel  # made (lazily) before the eager mode is switched on
         monkeypatch.setenv("HELION_INTERPRET", "1")
-        assert kc.cached_kernel(kernel.kernel) is kernel.kernel
+        assert kc.cached_kernel(helion_kernel) is helion_kernel
 
 
 def test_bare_kernel_for_autotuning_is_not_wrapped(cache_dir):
@@ -338,3 +339,82 @@ def test_fresh_process_runs_from_the_cache_without_binding_gpu(tmp_path, capsys)
     if not GPU:
         pytest.skip("needs HL_TEST_GPU=1 and a CUDA GPU")
     _fresh_process_check(tmp_path, capsys)
+
+
+# --------------------------------------------------------------------------------------------
+# Warm without helion (hlcore.helion_free)
+# --------------------------------------------------------------------------------------------
+CHILD_FREE = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from hlcore import kernel_cache, scaled_mm as sm
+    device, out_path = sys.argv[1:3]
+    cfg = json.loads(sys.argv[3])
+    d = sm.generate_scaled_mm_inputs(8, 64, 256, device=device, seed=1)
+    before = "helion" in sys.modules
+    gemm = sm.scaled_mm(**d, config=cfg)
+    torch.save({"gemm": gemm.cpu()}, out_path)
+    print("RESULT " + json.dumps({"before": before, "helion": "helion" in sys.modules, "stats": kernel_cache.stats()}))
+    """
+)
+
+
+@needs_codegen
+def test_fresh_process_loads_the_gemm_without_importing_helion(tmp_path):
+    """A cold process fills the cache; a fresh one that calls the GEMM with the same arguments loads
+    it from the cache without ever importing helion, and gives the same output bitwise."""
+    directory, triton_cache = tmp_path / "kc", tmp_path / "triton"
+    _child("cold", directory, tmp_path / "cold.pt", triton_cache)
+    env = {**os.environ, kc.ENV_VAR: str(directory), "TRITON_CACHE_DIR": str(triton_cache)}
+    if not GPU:
+        env["TRITON_INTERPRET"] = "1"
+        env.pop("HELION_INTERPRET", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD_FREE, DEVICE, str(tmp_path / "free.pt"), json.dumps(CFG)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["before"] is False and result["helion"] is False
+    assert result["stats"] == {"disk_hits": 1, "misses": 0, "writes": 0, "errors": 0}
+    assert torch.equal(torch.load(tmp_path / "free.pt")["gemm"], torch.load(tmp_path / "cold.pt")["gemm"])
+
+
+def test_helion_free_arithmetic_and_triton_cache_dir_are_helions(monkeypatch):
+    import helion
+    from helion.autotuner.local_cache import helion_triton_cache_dir
+
+    for n in range(-3, 300):
+        assert helion_free.next_power_of_2(n) == helion.next_power_of_2(n)
+        for d in (1, 3, 16, 128):
+            assert helion_free.cdiv(n, d) == helion.cdiv(n, d)
+    for index in (0, 3):
+        monkeypatch.delenv("HELION_CACHE_DIR", raising=False)
+        assert helion_free.triton_cache_dir(index) == helion_triton_cache_dir(index)
+        monkeypatch.setenv("HELION_CACHE_DIR", "/some/where")
+        assert helion_free.triton_cache_dir(index) == helion_triton_cache_dir(index)
+
+
+@needs_codegen
+def test_generated_gemm_source_is_rewritten_and_other_helion_uses_are_not(cache_dir):
+    _gemm()
+    (path,) = _entries(cache_dir, "_scaled_mm_body")
+    source = path.read_text(encoding="utf-8").partition("\n")[2]
+    assert "import helion\n" in source
+    rewritten = helion_free.rewrite(source)
+    assert rewritten is not None
+    assert "import helion\n" not in rewritten and "from helion" not in rewritten
+    assert "import hlcore.helion_free as helion\n" in rewritten
+    for other in (
+        "    helion.runtime.set_triton_allocator()\n",  # TMA host code
+        "from helion.runtime.triton import helpers as helion_triton_helpers\n",  # device helpers
+        "    x = helion.exc.ShapeMismatch\n",
+        "import helion.language as hl\n",
+    ):
+        assert helion_free.rewrite(source + other) is None, other
+    assert helion_free.rewrite("x = 1\n") is None  # nothing of Helion's to point elsewhere

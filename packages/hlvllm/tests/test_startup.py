@@ -54,4 +54,4 @@ def test_importing_the_kernels_is_its_own_phase_once(fake_clock, monkeypatch):
     with startup.timed("first Helion calls"):
         fake_clock[0] += 0.5
     assert imported == ["hl_fake_kernels"]
-    assert startup.summary() == "importing Helion 1.5 s, first Helion calls 0.5 s"
+    assert startup.summary() == "importing hlcore 1.5 s, first Helion calls 0.5 s"

@@ -99,7 +99,11 @@ def _kernel_for(config_text: str):
     """One ``helion.Kernel`` per config (:func:`hlcore.helion_compat.config_kernel`), the same in
     compiled and both interpret modes."""
     config = dict(helion.Config.from_json(config_text))
-    return config_kernel(_block_fp8_linear_body, helion.Config(**{"split_k": 1, "swap_ab": False, **config}))
+    return config_kernel(
+        _block_fp8_linear_body,
+        config_text,
+        lambda: helion.Config(**{"split_k": 1, "swap_ab": False, **config}),
+    )
 
 
 def _describe(t: object) -> str:

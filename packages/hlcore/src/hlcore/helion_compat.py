@@ -30,6 +30,7 @@ skips binding and code generation); unset, the kernel itself, unchanged.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 
 
@@ -80,19 +81,24 @@ def _patch_get_block_id() -> None:
     CompileEnvironment.get_block_id = get_block_id
 
 
-def local_kernel(kernel):
-    """Return ``kernel`` (a ``helion.Kernel``) marked as never distributed, with the TMA block-size
-    fix installed, and wrapped by the on-disk code cache when ``HL_KERNEL_CACHE_DIR`` is set (see
-    module docstring)."""
-    if not hasattr(kernel, "_compute_is_distributed"):
-        _patch_get_block_id()
-        return kernel  # another Helion: no local marking, so no cache either (it keys on that)
-    kernel._compute_is_distributed = _never_distributed
-    _patch_is_symm_mem_tensor()
+def mark_local(kernel):
+    """``kernel`` (a ``helion.Kernel``) marked as never distributed, with the TMA block-size fix
+    installed (see module docstring); another Helion without the hook: only the fix."""
     _patch_get_block_id()
+    if hasattr(kernel, "_compute_is_distributed"):
+        kernel._compute_is_distributed = _never_distributed
+        _patch_is_symm_mem_tensor()
+    return kernel
+
+
+def local_kernel(kernel):
+    """Return ``kernel`` (a ``helion.Kernel``) :func:`mark_local`-ed and wrapped by the on-disk code
+    cache when ``HL_KERNEL_CACHE_DIR`` is set (see module docstring)."""
+    if not hasattr(kernel, "_compute_is_distributed"):
+        return mark_local(kernel)  # another Helion: no local marking, so no cache either (it keys on that)
     from hlcore.kernel_cache import cached_kernel
 
-    return cached_kernel(kernel)
+    return cached_kernel(mark_local(kernel))
 
 
 def gemm_kernel(body: Callable, config=None):
@@ -105,9 +111,27 @@ def gemm_kernel(body: Callable, config=None):
     )
 
 
-def config_kernel(body: Callable, config):
-    """``body``'s kernel with ``config`` (a ``helion.Config``) fixed, :func:`local_kernel`: one
-    ``helion.Kernel`` per config, whose own dispatch reuses a binding across M (one binding shared
-    by all configs, through ``kernel.bind(args).compile_config(config)``, was bound again at nearly
-    every M on the H200: docs/architecture.md)."""
-    return local_kernel(gemm_kernel(body, config))
+#: The ``helion.kernel`` arguments of :func:`gemm_kernel`, as text: part of a lazy kernel's cache key.
+GEMM_SETTINGS = "static_shapes=False, ignore_warnings=[TensorOperationInWrapper]"
+
+
+def config_kernel(body: Callable, config_json: str, make_config: Callable[[], object]):
+    """``body``'s kernel with one fixed config (``make_config()``, a ``helion.Config``; its JSON is
+    ``config_json``): one ``helion.Kernel`` per config, whose own dispatch reuses a binding across M
+    (one binding shared by all configs, through ``kernel.bind(args).compile_config(config)``, was
+    bound again at nearly every M on the H200: docs/architecture.md). With the kernel cache on
+    (``HL_KERNEL_CACHE_DIR``, not in Helion's eager mode) the kernel is made lazily
+    (:meth:`hlcore.kernel_cache.CachedKernel.lazy`): calls that load from the cache never import
+    helion; otherwise :func:`local_kernel` of it now."""
+    from hlcore.kernel_cache import CachedKernel, cache_dir_from_env
+
+    directory = cache_dir_from_env()
+    if directory is None or os.environ.get("HELION_INTERPRET") == "1":
+        return local_kernel(gemm_kernel(body, make_config()))
+    return CachedKernel.lazy(
+        lambda: mark_local(gemm_kernel(body, make_config())),
+        directory,
+        fn=body,
+        config_json=config_json,
+        settings=GEMM_SETTINGS,
+    )

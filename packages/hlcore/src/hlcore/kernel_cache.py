@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -62,12 +63,13 @@ from typing import Any
 
 import torch
 
+from hlcore import helion_free
 from hlcore.config_store import new_file_mode
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "HL_KERNEL_CACHE_DIR"
-FORMAT = "hl-kernel-cache 1"
+FORMAT = "hl-kernel-cache 2"  # 2: no Helion specialization key in the entry key
 _HEADER = f"# {FORMAT} "
 
 #: Counters of this process (``stats()``): in-process hits are not counted (hot path).
@@ -292,7 +294,13 @@ def _unsupported_reason(kernel: Any) -> str | None:
     """Why ``kernel`` (a ``helion.Kernel``) is not cached, or None."""
     if os.environ.get("HELION_INTERPRET") == "1":
         return "HELION_INTERPRET=1 (no code generation)"
-    for attr in ("_base_specialization_key", "_get_bound_kernel_cache_key", "_bound_kernels", "signature"):
+    for attr in (
+        "_base_specialization_key",
+        "_get_bound_kernel_cache_key",
+        "_bound_kernels",
+        "signature",
+        "_compute_is_distributed",
+    ):
         if not hasattr(kernel, attr):
             return f"this Helion has no Kernel.{attr}"
     settings = kernel.settings
@@ -326,24 +334,70 @@ def cached_kernel(kernel: Any, cache_dir: str | os.PathLike | None = None) -> An
     return CachedKernel(kernel, directory)
 
 
+_OWN = frozenset(
+    {"_kernel", "_factory", "_passthrough", "_identity", "_runs", "_num_params", "cache_dir", "name"}
+)
+
+
 class CachedKernel:
     """A ``helion.Kernel`` with the in-process and on-disk generated-code cache in front of its
-    call; every other attribute (``configs``, ``bind``, ``settings``, ...) is the kernel's."""
+    call; every other attribute (``configs``, ``bind``, ``settings``, ...) is the kernel's.
+
+    Made with :meth:`lazy`, the kernel is described without helion (its body function, config JSON
+    and the text of its ``helion.kernel`` arguments) and made by its factory only when a call misses
+    the cache or another attribute is asked for: a process whose calls all load from the cache never
+    imports helion (:mod:`hlcore.helion_free`)."""
 
     def __init__(self, kernel: Any, cache_dir: Path) -> None:
-        self.kernel = kernel
+        self._kernel = kernel
+        self._factory: Callable[[], Any] | None = None
+        self._passthrough = False  # a lazy kernel that turned out uncacheable: Helion's call only
         self.cache_dir = Path(cache_dir)
         self._runs: dict[tuple, Any] = {}
         self._num_params = len(kernel.signature.parameters)
+        self.name = kernel.name
+        self._identity = None
+
+    @classmethod
+    def lazy(
+        cls, factory: Callable[[], Any], cache_dir: Path, *, fn: Callable, config_json: str, settings: str
+    ) -> CachedKernel:
+        """A kernel that ``factory`` makes on first need (a ``helion.Kernel`` of body ``fn`` with
+        the one config ``config_json``, made with the ``helion.kernel`` arguments ``settings``,
+        whose text keys its entries with the hlcore sources, versions and ``HELION_*`` variables)."""
+        self = cls.__new__(cls)
+        self._kernel = None
+        self._factory = factory
+        self._passthrough = False
+        self.cache_dir = Path(cache_dir)
+        self._runs = {}
+        self._num_params = len(inspect.signature(fn).parameters)
+        self.name = fn.__name__
+        self._identity = (fn, config_json, settings)
+        return self
+
+    @property
+    def kernel(self) -> Any:
+        """The ``helion.Kernel`` (made now if this is a lazy kernel not made yet)."""
+        if self._kernel is None:
+            kernel = self._factory()
+            reason = _unsupported_reason(kernel)
+            if reason is not None or kernel.name != self.name:
+                log.debug("kernel cache off for %s: %s", self.name, reason or "another kernel name")
+                self._passthrough = True
+            self._kernel = kernel
+        return self._kernel
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _OWN:  # not set yet (copies, pickling): no recursion
+            raise AttributeError(name)
         return getattr(self.kernel, name)
 
     def __repr__(self) -> str:
-        return f"CachedKernel({self.kernel!r}, {str(self.cache_dir)!r})"
+        return f"CachedKernel({self._kernel or self.name!r}, {str(self.cache_dir)!r})"
 
     def __call__(self, *args: object, **kwargs: object) -> Any:
-        if not kwargs and len(args) == self._num_params:
+        if not kwargs and len(args) == self._num_params and not self._passthrough:
             try:
                 key = call_key(args)
             except Exception:  # e.g. a tensor without storage (fake, under tracing)
@@ -359,49 +413,53 @@ class CachedKernel:
     def reset(self) -> None:
         """Forget this process's entries and reset the Helion kernel (files stay)."""
         self._runs.clear()
-        self.kernel.reset()
+        if self._kernel is not None:
+            self._kernel.reset()
 
     # ---- keys -------------------------------------------------------------------------------
     @functools.cached_property
     def _kernel_key(self) -> str:
-        k = self.kernel
-        fn = k.fn
-        settings = {
-            name: value
-            for name, value in k.settings.to_dict().items()
-            if not name.startswith("autotune") and name != "autotuner_fn"
-        }
+        if self._identity is not None:  # lazy: described without helion
+            fn, config, settings = self._identity
+        else:
+            k = self.kernel
+            fn, config = k.fn, k.configs[0].to_json()
+            settings = stable_repr(
+                {
+                    name: value
+                    for name, value in k.settings.to_dict().items()
+                    if not name.startswith("autotune") and name != "autotuner_fn"
+                }
+            )
         try:
-            import inspect
-
             fn_file = _file_digest(inspect.getsourcefile(fn) or "")
         except TypeError:
             fn_file = "unknown"
         parts = {
             "function": f"{fn.__module__}.{fn.__qualname__}",
-            "name": k.name,
+            "name": self.name,
             "function_file": fn_file,
-            "config": k.configs[0].to_json(),
-            "settings": stable_repr(settings),
+            "config": config,
+            "settings": settings,
         }
         return repr(sorted(parts.items()))
 
     def entry_key(self, args: Sequence[object], key: tuple) -> str:
-        """The full text the entry file is named by (sha256) and checked against."""
-        spec = self.kernel._base_specialization_key(args)
+        """The full text the entry file is named by (sha256) and checked against. Helion's
+        specialization key of ``args`` is not part of it: it is a function of the arguments' exact
+        metadata (``args=``), the kernel and helion's version, all of which are."""
         return "\n".join(
             [
                 f"process={process_key()}",
                 f"kernel={self._kernel_key}",
                 f"device={_device_key(_first_device(args))}",
-                f"spec={stable_repr(spec)}",
                 f"args={_call_key_text(key)}",
             ]
         )
 
     def entry_path(self, entry_key: str) -> Path:
         digest = hashlib.sha256(entry_key.encode("utf-8")).hexdigest()[:40]
-        return self.cache_dir / self.kernel.name / f"{digest}.py"
+        return self.cache_dir / self.name / f"{digest}.py"
 
     # ---- slow path --------------------------------------------------------------------------
     def _first_call(self, args: tuple, key: tuple) -> Any:
@@ -417,9 +475,7 @@ class CachedKernel:
             _warn("corrupt", "hlcore kernel cache: %s: %s; using Helion and rewriting it", path, e)
             run = None
         except Exception as e:
-            _warn(
-                "lookup", "hlcore kernel cache: lookup failed for %s (%r); using Helion", self.kernel.name, e
-            )
+            _warn("lookup", "hlcore kernel cache: lookup failed for %s (%r); using Helion", self.name, e)
             run = None
         if run is not None:
             try:
@@ -438,24 +494,27 @@ class CachedKernel:
                 return result
         _STATS["misses"] += 1
         result = self.kernel(*args)
-        self._runs[key] = self._store(args, entry_key, path)
+        if not self._passthrough:  # a lazy kernel that turned out uncacheable writes nothing
+            self._runs[key] = self._store(args, entry_key, path)
         return result
 
     def _load(self, path: Path, entry_key: str, args: tuple) -> Callable | None:
         """The host function of the entry at ``path``; None if there is none."""
-        source = read_entry(path, entry_key, self.kernel.name)
+        source = read_entry(path, entry_key, self.name)
         if source is None:
             return None
         try:
             from torch._inductor.codecache import PyCodeCache
 
             _setup_triton_cache_dir(args)
-            module = PyCodeCache.load(source)  # what BoundKernel.compile_config does (extra="")
-            run = getattr(module, self.kernel.name)
+            # what BoundKernel.compile_config does (extra=""); its Helion imports pointed at
+            # hlcore.helion_free where that is all it uses of Helion (no helion import here)
+            module = PyCodeCache.load(helion_free.rewrite(source) or source)
+            run = getattr(module, self.name)
         except Exception as e:
             raise CacheEntryError(f"cannot load the cached source ({e!r})") from e
         if not callable(run):
-            raise CacheEntryError(f"{self.kernel.name} in the cached source is not a function")
+            raise CacheEntryError(f"{self.name} in the cached source is not a function")
         return run
 
     def _store(self, args: tuple, entry_key: str | None, path: Path | None) -> Any:
@@ -472,7 +531,7 @@ class CachedKernel:
                 log.debug("hlcore kernel cache: no compiled bound kernel of %s for these args", k.name)
                 return _HELION_PATH
         except Exception as e:
-            _warn("harvest", "hlcore kernel cache: cannot find %s's compiled code (%r)", self.kernel.name, e)
+            _warn("harvest", "hlcore kernel cache: cannot find %s's compiled code (%r)", self.name, e)
             return _HELION_PATH
         if entry_key is None or path is None:
             return run
@@ -512,7 +571,5 @@ def _setup_triton_cache_dir(args: Sequence[object]) -> None:
     under Helion's cache root, per device index, unless ``TRITON_CACHE_DIR`` is set."""
     if "TRITON_CACHE_DIR" in os.environ:
         return
-    from helion.autotuner.local_cache import helion_triton_cache_dir
-
     index = _first_device(args).index
-    os.environ["TRITON_CACHE_DIR"] = helion_triton_cache_dir(index if index is not None else 0)
+    os.environ["TRITON_CACHE_DIR"] = helion_free.triton_cache_dir(index if index is not None else 0)

@@ -54,10 +54,7 @@ import functools
 import json
 from typing import Any
 
-import helion
-import helion.language as hl
 import torch
-from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
 from hlcore import kernel_pool
 from hlcore.aux_configs import config_json
@@ -69,6 +66,26 @@ OUT_DTYPES = tuple(getattr(torch, name) for name in OUT_DTYPE_NAMES)
 INPUT_DTYPES = tuple(dict.fromkeys(getattr(torch, f.operand_dtype) for f in FORMATS.values()))
 BLOCK_SIZE = FORMATS["block_fp8"].block_size  # (N, K) weight block of block_fp8, as vLLM's weight_block_size
 USER_TUNABLE_DEFAULTS = {"split_k": 1, "swap_ab": False}
+
+# Helion, imported on first need (:func:`_import_helion`: making a kernel, a ``helion.Config``):
+# a process whose GEMM calls all load from the kernel cache never imports it (hlcore.helion_free).
+# The kernel body reads these module globals when Helion traces it.
+helion: Any = None
+hl: Any = None
+BooleanFragment: Any = None
+PowerOfTwoFragment: Any = None
+
+
+def _import_helion() -> None:
+    global helion, hl, BooleanFragment, PowerOfTwoFragment
+    if helion is None:
+        import helion as helion_module
+        import helion.language as language
+        from helion.autotuner import BooleanFragment as boolean
+        from helion.autotuner import PowerOfTwoFragment as power_of_two
+
+        hl, BooleanFragment, PowerOfTwoFragment = language, boolean, power_of_two
+        helion = helion_module  # last: the others are set once this is
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,6 +160,7 @@ def _scaled_mm_body(
 def helion_config(config_text: str) -> helion.Config:
     """The ``helion.Config`` for a scaled_mm config JSON: the kernel's own tunables that it leaves
     out take the plain algorithm (:data:`USER_TUNABLE_DEFAULTS`: ``split_k = 1``, no ``swap_ab``)."""
+    _import_helion()
     config = dict(helion.Config.from_json(config_text))
     return helion.Config(**{**USER_TUNABLE_DEFAULTS, **config})
 
@@ -162,11 +180,12 @@ def check_config_text(config_text: str) -> None:
 def _kernel_for(config_text: str):
     """One ``helion.Kernel`` per config (:func:`hlcore.helion_compat.config_kernel`), the same in
     compiled and both interpret modes."""
-    return config_kernel(_scaled_mm_body, helion_config(config_text))
+    return config_kernel(_scaled_mm_body, config_text, lambda: helion_config(config_text))
 
 
 def scaled_mm_kernel():
     """The bare Helion kernel (no config), for autotuning: ``kernel.autotune(kernel_args(...))``."""
+    _import_helion()
     return local_kernel(gemm_kernel(_scaled_mm_body))
 
 

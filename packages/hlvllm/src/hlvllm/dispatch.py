@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections import Counter
 from collections.abc import Callable, Hashable
 
@@ -159,10 +160,11 @@ def _log_kernel_cache(m: int) -> None:
     stats = kernel_cache.stats()
     logger.info(
         "hlvllm: Helion kernels at CUDA-graph capture: %d loaded from the kernel cache, %d compiled in "
-        "this process (%d cache errors); start-up seconds in hlvllm: %s",
+        "this process (%d cache errors; helion %s); start-up seconds in hlvllm: %s",
         stats["disk_hits"],
         stats["misses"],
         stats["errors"],
+        "imported" if "helion" in sys.modules else "never imported",
         startup.summary(),
     )
 

@@ -10,8 +10,11 @@ Each phase of ours that runs before the first CUDA graph is replayed adds up her
 * ``waiting for workers``: the first Helion call waiting for the worker processes;
 * ``speed guard``: timing Helion against vLLM's kernel on untuned shapes (:mod:`hlvllm.guard`);
 * ``precompile threads``: ``HL_PRECOMPILE_THREADS``' compiles before a shape's first call;
-* ``importing Helion``: the first import of hlcore's GEMM module, with Helion itself
-  (:func:`import_kernels`, before the first Helion call; 0 when something imported them earlier);
+* ``importing hlcore``: the first import of hlcore's GEMM module (:func:`import_kernels`, before
+  the first Helion call; 0 when something imported it earlier). Helion itself is imported only by
+  a call that misses hlcore's kernel cache (inside ``first Helion calls``); a start whose kernels
+  all load from the cache never imports it (:mod:`hlcore.helion_free`; the capture log line says
+  which);
 * ``first Helion calls``: each (format, M, N, K)'s first eager Helion call (kernel load or compile);
 * ``checks against vLLM``: vLLM's kernel on the same inputs, compared once per key.
 
@@ -36,7 +39,7 @@ PHASES = (
     "waiting for workers",
     "speed guard",
     "precompile threads",
-    "importing Helion",
+    "importing hlcore",
     "first Helion calls",
     "checks against vLLM",
 )
@@ -55,10 +58,10 @@ def timed(phase: str) -> Iterator[None]:
 
 
 def import_kernels(module: str = "hlcore.scaled_mm") -> None:
-    """Import ``module`` (hlcore's GEMM, and with it Helion) unless imported already, timed as
-    ``importing Helion``, so that the first Helion call's seconds are its own."""
+    """Import ``module`` (hlcore's GEMM) unless imported already, timed as ``importing hlcore``, so
+    that the first Helion call's seconds are its own."""
     if module not in sys.modules:
-        with timed("importing Helion"):
+        with timed("importing hlcore"):
             importlib.import_module(module)
 
 
