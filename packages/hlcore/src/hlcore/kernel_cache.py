@@ -17,12 +17,16 @@ Call path of :class:`CachedKernel` (positional calls only; anything else is Heli
    (:meth:`CachedKernel.entry_key`) is the process part (:func:`process_key`: cache format, a
    digest of every hlcore source file, helion/triton/torch/Python versions, ``TRITON_INTERPRET``
    and every ``HELION_*`` variable), the kernel (function module and qualified name, Helion's name
-   for it, a digest of the function's source file, the config JSON, Helion's settings), the device
-   (type; for CUDA name, compute capability, SM count), Helion's base specialization key and the
-   exact call key above. The file is the generated source behind a one-line header holding the
-   entry key and the source's sha256; both are checked. It is loaded the way
+   for it, a digest of the function's source file, the config JSON, Helion's settings or, for a
+   lazy kernel, the text of its ``helion.kernel`` arguments), the device (type; for CUDA name,
+   compute capability, SM count) and the exact call key above (Helion's specialization key is a
+   function of these, so it is not needed). The file is the generated source behind a one-line
+   header holding the entry key and the source's sha256; both are checked. It is loaded the way
    ``BoundKernel.compile_config`` loads it (``PyCodeCache.load(source)``, then the module attribute
-   named after the kernel, ``TRITON_CACHE_DIR`` set as Helion sets it).
+   named after the kernel, ``TRITON_CACHE_DIR`` set as Helion sets it), with its Helion imports
+   pointed at :mod:`hlcore.helion_free` when those are all it uses of Helion
+   (:func:`hlcore.helion_free.rewrite`): with a lazy kernel (:meth:`CachedKernel.lazy`, hlcore's
+   GEMM), a process whose calls all load from the cache never imports helion.
 3. otherwise Helion's normal call (bind, codegen, compile, run); afterwards the bound kernel Helion
    keeps for these arguments is looked up in ``Kernel._bound_kernels`` (no second bind) and the
    source of its host function's module is written to the entry (atomically, after checking the
@@ -57,6 +61,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -334,6 +339,7 @@ def cached_kernel(kernel: Any, cache_dir: str | os.PathLike | None = None) -> An
     return CachedKernel(kernel, directory)
 
 
+_MAKE_LOCK = threading.Lock()  # CachedKernel.lazy: one kernel made at a time
 _OWN = frozenset(
     {"_kernel", "_factory", "_passthrough", "_identity", "_runs", "_num_params", "cache_dir", "name"}
 )
@@ -378,7 +384,14 @@ class CachedKernel:
 
     @property
     def kernel(self) -> Any:
-        """The ``helion.Kernel`` (made now if this is a lazy kernel not made yet)."""
+        """The ``helion.Kernel`` (made now if this is a lazy kernel not made yet, once per object
+        when threads ask at the same time)."""
+        if self._kernel is None:
+            with _MAKE_LOCK:
+                return self._make()
+        return self._kernel
+
+    def _make(self) -> Any:
         if self._kernel is None:
             kernel = self._factory()
             reason = _unsupported_reason(kernel)
