@@ -272,7 +272,7 @@ CHILD = textwrap.dedent(
 )
 
 
-def _child(mode, directory, out_path, triton_cache):
+def _child(mode, directory, out_path, triton_cache, script=CHILD):
     env = {**os.environ, kc.ENV_VAR: str(directory), "TRITON_CACHE_DIR": str(triton_cache)}
     if mode == "plain":  # today's warm restart: Triton's cache warm, no kernel cache
         del env[kc.ENV_VAR]
@@ -280,7 +280,7 @@ def _child(mode, directory, out_path, triton_cache):
         env["TRITON_INTERPRET"] = "1"
         env.pop("HELION_INTERPRET", None)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, DEVICE, str(out_path), json.dumps(CFG)],
+        [sys.executable, "-c", script, mode, DEVICE, str(out_path), json.dumps(CFG)],
         env=env,
         capture_output=True,
         text=True,
@@ -349,8 +349,8 @@ CHILD_FREE = textwrap.dedent(
     import json, sys
     import torch
     from hlcore import kernel_cache, scaled_mm as sm
-    device, out_path = sys.argv[1:3]
-    cfg = json.loads(sys.argv[3])
+    mode, device, out_path = sys.argv[1:4]
+    cfg = json.loads(sys.argv[4])
     d = sm.generate_scaled_mm_inputs(8, 64, 256, device=device, seed=1)
     before = "helion" in sys.modules
     gemm = sm.scaled_mm(**d, config=cfg)
@@ -366,20 +366,7 @@ def test_fresh_process_loads_the_gemm_without_importing_helion(tmp_path):
     it from the cache without ever importing helion, and gives the same output bitwise."""
     directory, triton_cache = tmp_path / "kc", tmp_path / "triton"
     _child("cold", directory, tmp_path / "cold.pt", triton_cache)
-    env = {**os.environ, kc.ENV_VAR: str(directory), "TRITON_CACHE_DIR": str(triton_cache)}
-    if not GPU:
-        env["TRITON_INTERPRET"] = "1"
-        env.pop("HELION_INTERPRET", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD_FREE, DEVICE, str(tmp_path / "free.pt"), json.dumps(CFG)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result = _child("free", directory, tmp_path / "free.pt", triton_cache, script=CHILD_FREE)
     assert result["before"] is False and result["helion"] is False
     assert result["stats"] == {"disk_hits": 1, "misses": 0, "writes": 0, "errors": 0}
     assert torch.equal(torch.load(tmp_path / "free.pt")["gemm"], torch.load(tmp_path / "cold.pt")["gemm"])
