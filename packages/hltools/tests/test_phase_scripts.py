@@ -1,5 +1,5 @@
-"""The next GPU session's phase script (the newest ``lab/runs/<date>.sh``; older ones are the
-record of what ran then): every ``e2e`` and ``kb`` call there expands to a ``hltools bench e2e`` /
+"""The next GPU session's phase script (the newest ``lab/runs/<date>.sh``, with the older scripts
+it runs phases of; the others are the record of what ran then): every ``e2e`` and ``kb`` call there expands to a ``hltools bench e2e`` /
 ``bench kernels`` command line (``lab/runs/phase-lib.sh``) that the CLI parses, with known
 models, formats and plugin settings, and so does every direct ``python3 -m hltools`` call. A typo
 there costs a device session."""
@@ -16,7 +16,16 @@ from hltools.cli import bench_app
 
 RUNS = Path(__file__).resolve().parents[3] / "lab" / "runs"
 FORMATS = {"fp8_dynamic", "w8a8_int8", "block_fp8"}
-SCRIPTS = [max(RUNS.glob("20*.sh"))]
+
+
+def _scripts():
+    """The newest script and those it names (``bash "$here/2026-12-09.sh" S1``: phases run from there)."""
+    newest = max(RUNS.glob("20*.sh"))
+    named = set(re.findall(r"\b(20\d\d-\d\d-\d\d\.sh)\b", newest.read_text())) - {newest.name}
+    return [newest, *(RUNS / name for name in sorted(named))]
+
+
+SCRIPTS = _scripts()
 
 
 def _calls(kind):
@@ -39,6 +48,7 @@ def _parse(command, argv):
 
 
 def test_the_scripts_have_calls():
+    assert all(path.is_file() for path in SCRIPTS), SCRIPTS
     assert _calls("e2e") or _calls("kb") or _hltools_calls()
 
 
