@@ -405,7 +405,7 @@ def new_file_mode() -> int:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (no newline translation) to a temporary file beside ``path``, then ``os.replace``
+    """Write ``text`` (UTF-8, no newline translation) to a temporary file beside ``path``, then ``os.replace``
     it into place with the mode a plainly written file would have (:func:`new_file_mode`); on any
     error the temporary file is removed and ``path`` is left as it was."""
     path = Path(path)
@@ -413,7 +413,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "w", newline="") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -93,9 +93,8 @@ def mark_local(kernel):
 
 def local_kernel(kernel):
     """Return ``kernel`` (a ``helion.Kernel``) :func:`mark_local`-ed and wrapped by the on-disk code
-    cache when ``HL_KERNEL_CACHE_DIR`` is set (see module docstring)."""
-    if not hasattr(kernel, "_compute_is_distributed"):
-        return mark_local(kernel)  # another Helion: no local marking, so no cache either (it keys on that)
+    cache when ``HL_KERNEL_CACHE_DIR`` is set (see module docstring; another Helion without the
+    local-marking hook is not cached: the cache keys on that marking)."""
     from hlcore.kernel_cache import cached_kernel
 
     return cached_kernel(mark_local(kernel))

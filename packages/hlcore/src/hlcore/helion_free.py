@@ -112,8 +112,8 @@ def rewrite(source: str) -> str | None:
         if line in _IMPORTS:
             out.append(_IMPORTS[line])
             continue
-        if _HELION_WORD.search(line.split("#", 1)[0]):
-            code = line.split("#", 1)[0]
+        code = line.split("#", 1)[0]
+        if _HELION_WORD.search(code):
             calls = _HELION_CALL.findall(code)
             bare = _HELION_WORD.findall(code)
             if not calls or set(calls) - _USES or len(bare) != len(calls):

@@ -51,7 +51,6 @@ non-Triton backend, or ``print_output_code`` / ``print_repro``. In vLLM, ``hlvll
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import inspect
@@ -60,7 +59,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -69,7 +67,7 @@ from typing import Any
 import torch
 
 from hlcore import helion_free
-from hlcore.config_store import new_file_mode
+from hlcore.config_store import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -271,25 +269,14 @@ def read_entry(path: Path, entry_key: str, name: str) -> str | None:
 
 
 def write_entry(path: Path, entry_key: str, name: str, source: str) -> None:
-    """Write the entry atomically (a temporary file in the same directory, then ``os.replace``), with
-    the mode a plainly written file would have."""
+    """Write the entry atomically (:func:`hlcore.config_store.write_text_atomic`: a temporary file in
+    the same directory, then ``os.replace``, with the mode a plainly written file would have)."""
     meta = {
         "key": entry_key,
         "name": name,
         "source_sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
     }
-    data = (_HEADER + json.dumps(meta, sort_keys=True) + "\n" + source).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, new_file_mode())  # mkstemp's 0600 -> what a plain open() would give
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, _HEADER + json.dumps(meta, sort_keys=True) + "\n" + source)
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,14 +342,17 @@ class CachedKernel:
     imports helion (:mod:`hlcore.helion_free`)."""
 
     def __init__(self, kernel: Any, cache_dir: Path) -> None:
+        self._setup(cache_dir, kernel.name, len(kernel.signature.parameters), kernel=kernel)
+
+    def _setup(self, cache_dir, name, num_params, *, kernel=None, factory=None, identity=None) -> None:
         self._kernel = kernel
-        self._factory: Callable[[], Any] | None = None
+        self._factory: Callable[[], Any] | None = factory
         self._passthrough = False  # a lazy kernel that turned out uncacheable: Helion's call only
         self.cache_dir = Path(cache_dir)
         self._runs: dict[tuple, Any] = {}
-        self._num_params = len(kernel.signature.parameters)
-        self.name = kernel.name
-        self._identity = None
+        self._num_params = num_params
+        self.name = name
+        self._identity = identity  # lazy: (body function, config JSON, helion.kernel arguments)
 
     @classmethod
     def lazy(
@@ -372,14 +362,8 @@ class CachedKernel:
         the one config ``config_json``, made with the ``helion.kernel`` arguments ``settings``,
         whose text keys its entries with the hlcore sources, versions and ``HELION_*`` variables)."""
         self = cls.__new__(cls)
-        self._kernel = None
-        self._factory = factory
-        self._passthrough = False
-        self.cache_dir = Path(cache_dir)
-        self._runs = {}
-        self._num_params = len(inspect.signature(fn).parameters)
-        self.name = fn.__name__
-        self._identity = (fn, config_json, settings)
+        num_params = len(inspect.signature(fn).parameters)
+        self._setup(cache_dir, fn.__name__, num_params, factory=factory, identity=(fn, config_json, settings))
         return self
 
     @property

@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from hlcore.config_store import new_file_mode
+from hlcore.config_store import write_text_atomic
 from hlvllm import routing, startup
 from hlvllm.settings import get_settings
 
@@ -285,12 +284,8 @@ def _store(cache_key: str, entry: dict) -> None:
             except (OSError, ValueError, AttributeError):
                 pass
         merged.update(entries)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".speed_guard.", suffix=".json")
-        os.fchmod(fd, new_file_mode())
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": CACHE_VERSION, "entries": merged}, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
+        text = json.dumps({"version": CACHE_VERSION, "entries": merged}, indent=1, sort_keys=True)
+        write_text_atomic(path, text + "\n")
     except OSError as exc:
         logger.debug("hlvllm: could not write the speed-guard cache %s (%s)", path, exc)
 
