@@ -25,6 +25,7 @@ S1)
         --out "$O/fp8_dynamic" --repeats 30 --warm
     sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-fp8.log"
     grep -ho "start-up seconds in hlvllm.*" "$O/startup-ttft-fp8.log" | cut -c1-300
+    grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-ttft-fp8.log" | cut -c1-400
     grep -hE "engine ready|Model loading took|Dynamo bytecode transform|Compiling a graph|Graph capturing finished|init engine" \
         "$O/startup-ttft-fp8.log" | cut -c1-200 | head -40
     ;;

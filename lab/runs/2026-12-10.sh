@@ -3,12 +3,13 @@
 # priority (a session of 1,800 s holds about three or four):
 #   G   issue 20's warm start without helion (bbf06f3): the kernel-cache tests on the GPU (a fresh
 #       process loads the GEMM from the cache with helion never imported, bitwise equal to the cold
-#       one; real Triton JIT without Helion's import-time patches), then 2026-12-09.sh's S1 (FP8
-#       engine pair cold and warm; the capture log line says whether helion was imported)
-#   KA1 KB1, KA2 KB2, KA3 KB3, P, S2   as in 2026-12-09.sh (the shipped marks from three processes,
-#       then hltools configs from-bench on the CPU; DeepGEMM prewarm and a Block_FP8 TTFT pair)
+#       one; real Triton JIT without Helion's import-time patches) (~150 s)
+#   KA1 KB1, KA2 KB2, KA3 KB3   as in 2026-12-09.sh (the shipped marks from three processes, then
+#       hltools configs from-bench on the CPU)
+#   S1, P, S2   as in 2026-12-09.sh (FP8 engine pair cold and warm, whose capture log line now says
+#       whether helion was imported; DeepGEMM prewarm and a Block_FP8 TTFT pair)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-10.sh G|KA1|KB1|KA2|KB2|KA3|KB3|P|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-10.sh G|KA1|KB1|KA2|KB2|KA3|KB3|S1|P|S2
 set -u
 phase=$1
 here=$(dirname "$0")
@@ -19,5 +20,3 @@ HL_TEST_GPU=1 run gpu-tests-cache 150 python3 -m pytest -p no:cacheprovider -q -
     packages/hlcore/tests/test_kernel_cache.py
 tail -15 "$O/gpu-tests-cache.log"
 phase_end
-LIMIT=$(left) bash "$here/2026-12-09.sh" S1
-grep -ho "Helion kernels at CUDA-graph capture.*" "$RES/S1/startup-ttft-fp8.log" | cut -c1-400
