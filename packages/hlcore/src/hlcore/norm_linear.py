@@ -1,0 +1,291 @@
+"""FP8_Dynamic linear layer with its producer inside: (residual add +) RMSNorm, dynamic per-token fp8
+quantization and the scaled GEMM as one Helion kernel.
+
+    h = x + residual            (fp32 sum; the new residual stream h, rounded to x's dtype, is returned)
+    y = rms_norm(h, norm_weight, eps)           as vLLM's RMSNorm: h / sqrt(mean(h^2) + eps) rounded
+                                                to the weight's dtype, times the weight, cast to x's dtype
+    scale_a[m] = max(min(amax(|y[m, :]|), f32 max) / 448, 1 / (448 * 512))
+    q = e4m3(clamp(y / scale_a, -448, 448))
+    out[M, N] = (q @ B) * scale_a[:, None] * scale_b[None, :] (+ bias)
+
+This is the chain vLLM 0.26 runs before a decode GEMM of an FP8_Dynamic model
+(``fused_add_rms_norm`` or ``rms_norm``, then ``QuantFP8(static=False, GroupShape.PER_TOKEN)``,
+then ``cutlass_scaled_mm``), and what :func:`hlcore.norm_quant.fused_add_rms_norm_fp8_quant`
+followed by :func:`hlcore.scaled_mm.scaled_mm` computes (the reference:
+:func:`rms_norm_fp8_linear_ref`): the same quantized bytes and scales up to the fp32 order in which
+the row's sum of squares is taken (here tile by tile), the same GEMM tiles and accumulation. No
+quantized copy of the activation, no scale tensor and no second launch.
+
+Per program (one output tile ``[block_m, block_n]`` and one K chunk): two passes over the full rows
+of ``x`` (and ``residual``) for the row statistics (sum of squares, then the amax of the rounded
+normalized row), then the K loop, which recomputes each ``[block_m, block_k]`` slice of ``y``,
+quantizes it in registers and multiplies it with the weight tile. Every program of a row block
+recomputes the statistics: activation bytes read from L2 grow with the number of programs
+(``ceil(N / block_n) * split_k`` times ``2 * M * K`` elements per pass), weight bytes do not. The
+programs of the first N tile write the new residual for their K chunk (each element once).
+
+Tunables: the scaled GEMM's (``block_sizes = [block_m, block_n, block_k]``, ``split_k``,
+``swap_ab``, Triton's knobs) plus ``block_sizes[3]``, the statistics passes' K tile. With
+``split_k > 1`` the output is filled with the bias (or zeros) first and each chunk adds its tile
+atomically, as in :func:`hlcore.scaled_mm.scaled_mm`.
+
+Part of "The decode linear layer as one kernel" (FP8_Dynamic first); not yet used by hlvllm.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import helion
+import helion.language as hl
+import torch
+from helion.autotuner import BooleanFragment, PowerOfTwoFragment
+
+from hlcore.helion_compat import config_kernel
+from hlcore.norm import rms_weighted_rows
+from hlcore.quant import FP8_MAX, FP8_MIN_SCALE
+from hlcore.quant_kernels import F32_MAX
+
+FP8_DTYPE = torch.float8_e4m3fn
+X_DTYPES = (torch.bfloat16, torch.float16)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+DEFAULT_CONFIG = {
+    "block_sizes": [16, 64, 128, 512],
+    "split_k": 1,
+    "swap_ab": False,
+    "num_warps": 4,
+    "num_stages": 3,
+}
+
+
+def _rms_norm_fp8_linear_body(
+    x: torch.Tensor,  # [M, K] bf16/fp16, K contiguous
+    residual: torch.Tensor | None,  # [M, K] x's dtype, K contiguous, or None (plain RMSNorm)
+    norm_weight: torch.Tensor,  # [K] the RMSNorm weight (bf16/fp16)
+    eps: float,
+    b_t: torch.Tensor,  # [N, K] fp8, K contiguous (= B.t() of the [K, N] column-major weight)
+    scale_b: torch.Tensor,  # fp32 [N, 1] per output channel
+    bias: torch.Tensor | None,  # [N] out dtype
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    m = x.size(0)
+    k = hl.specialize(x.size(1))
+    n = hl.specialize(b_t.size(0))
+    out = torch.empty([m, n], dtype=out_dtype, device=x.device)
+    new_residual = torch.empty([m, k], dtype=x.dtype, device=x.device)
+    split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
+    swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
+    k_chunk = helion.next_power_of_2(helion.cdiv(k, split_k))
+    stats_block_k = hl.register_block_size(k)
+    if split_k > 1:  # the split-K programs add into `out`; it starts as the bias (or zero)
+        if bias is not None:
+            out.copy_(bias.expand(m, n))
+        else:
+            out.zero_()
+    for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
+        # Pass 1: mean of squares of h over the whole row.
+        sum_sq = hl.zeros([tile_m], dtype=torch.float32)
+        for tile_s in hl.tile(k, block_size=stats_block_k):
+            h_s = x[tile_m, tile_s].to(torch.float32)
+            if residual is not None:
+                h_s = h_s + residual[tile_m, tile_s].to(torch.float32)
+            sum_sq = sum_sq + torch.sum(h_s * h_s, dim=-1)
+        rms = torch.sqrt(sum_sq / k + eps)
+        # Pass 2: amax of y as vLLM's RMSNorm rounds it.
+        amax = hl.zeros([tile_m], dtype=torch.float32)
+        for tile_a in hl.tile(k, block_size=stats_block_k):
+            h_a = x[tile_m, tile_a].to(torch.float32)
+            if residual is not None:
+                h_a = h_a + residual[tile_m, tile_a].to(torch.float32)
+            w_a = norm_weight[tile_a].to(torch.float32)[None, :]
+            y_a = rms_weighted_rows(h_a / rms[:, None], w_a, norm_weight.dtype).to(x.dtype)
+            amax = torch.maximum(amax, torch.amax(torch.abs(y_a.to(torch.float32)), dim=-1))
+        scale_a = torch.clamp(torch.clamp(amax, max=F32_MAX) / FP8_MAX, min=FP8_MIN_SCALE)
+        # The K loop: y's slice, quantized in registers, times the weight tile.
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        acc_t = hl.zeros([tile_n, tile_m], dtype=torch.float32)
+        for tile_k in hl.tile(outer_k.begin, outer_k.end):
+            h_k = x[tile_m, tile_k].to(torch.float32)
+            if residual is not None:
+                h_k = h_k + residual[tile_m, tile_k].to(torch.float32)
+                if tile_n.begin == 0:
+                    new_residual[tile_m, tile_k] = h_k.to(x.dtype)
+            w_k = norm_weight[tile_k].to(torch.float32)[None, :]
+            y_k = rms_weighted_rows(h_k / rms[:, None], w_k, norm_weight.dtype).to(x.dtype)
+            q_k = torch.clamp(y_k.to(torch.float32) / scale_a[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+            # `acc = acc + dot` (not `acc=`): fp32-promoted fp8 accumulation on sm90
+            if swap_ab:
+                acc_t = acc_t + hl.dot(b_t[tile_n, tile_k], q_k.t(), out_dtype=torch.float32)
+            else:
+                acc = acc + hl.dot(q_k, b_t[tile_n, tile_k].t(), out_dtype=torch.float32)
+        if swap_ab:
+            acc = acc_t.t()
+        res = acc * scale_a[:, None] * scale_b[tile_n, 0][None, :]
+        if split_k == 1:  # one program per output tile writes it once
+            if bias is not None:
+                res = res + bias[tile_n][None, :].to(torch.float32)
+            out[tile_m, tile_n] = res.to(out.dtype)
+        else:
+            hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
+    return out, new_residual
+
+
+@functools.cache
+def _kernel_for(config_text: str):
+    """One ``helion.Kernel`` per config (:func:`hlcore.helion_compat.config_kernel`)."""
+    config = dict(helion.Config.from_json(config_text))
+    return config_kernel(
+        _rms_norm_fp8_linear_body,
+        config_text,
+        lambda: helion.Config(**{"split_k": 1, "swap_ab": False, **config}),
+    )
+
+
+def _describe(t: object) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
+
+
+def _check(x, residual, norm_weight, b, scale_b, out_dtype, bias) -> None:
+    name = "rms_norm_fp8_linear"
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in X_DTYPES or x.shape[1] == 0:
+        raise ValueError(
+            f"{name}: x must be a 2-D [M, K] tensor (K > 0) of bfloat16 or float16; got {_describe(x)}"
+        )
+    m, k = x.shape
+    if residual is not None and (
+        not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.dtype != x.dtype
+    ):
+        raise ValueError(
+            f"{name}: residual must be [M, K] = [{m}, {k}] of x's dtype {x.dtype}; got {_describe(residual)}"
+        )
+    if (
+        not isinstance(norm_weight, torch.Tensor)
+        or norm_weight.shape != (k,)
+        or norm_weight.dtype not in X_DTYPES
+    ):
+        raise ValueError(
+            f"{name}: norm_weight must be a 1-D [K] = [{k}] bfloat16/float16 tensor; got {_describe(norm_weight)}"
+        )
+    if not isinstance(b, torch.Tensor) or b.dim() != 2 or b.dtype != FP8_DTYPE or b.shape[0] != k:
+        raise ValueError(f"{name}: b must be a 2-D [K, N] = [{k}, N] {FP8_DTYPE} tensor; got {_describe(b)}")
+    n = b.shape[1]
+    if b.stride(0) != 1 and n > 1:
+        raise ValueError(
+            f"{name}: b must be column-major [K, N] (the weight.t() view vLLM holds); got {_describe(b)}"
+        )
+    if not isinstance(scale_b, torch.Tensor) or scale_b.dtype != torch.float32 or scale_b.numel() != n:
+        raise ValueError(
+            f"{name}: scale_b must be a per-channel float32 tensor of N = {n} elements ([N, 1], [1, N] or [N]); "
+            f"got {_describe(scale_b)}"
+        )
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"{name}: out_dtype must be one of {OUT_DTYPES}; got {out_dtype}")
+    if bias is not None and (
+        not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.numel() != n or bias.dtype != out_dtype
+    ):
+        raise ValueError(
+            f"{name}: bias must be a 1-D [N] = [{n}] tensor of {out_dtype}; got {_describe(bias)}"
+        )
+    tensors = {
+        "x": x,
+        "residual": residual,
+        "norm_weight": norm_weight,
+        "b": b,
+        "scale_b": scale_b,
+        "bias": bias,
+    }
+    devices = {key: t.device for key, t in tensors.items() if t is not None}
+    if len(set(devices.values())) != 1:
+        raise ValueError(f"{name}: all tensors must be on one device; got {devices}")
+
+
+def config_from_scaled_mm(config: Any, stats_block_k: int = 512) -> dict:
+    """This kernel's config from a ``scaled_mm`` fp8_dynamic config (dict or JSON): the GEMM's knobs
+    as they are, ``stats_block_k`` appended as the statistics passes' K tile."""
+    cfg = dict(json.loads(config) if isinstance(config, str) else config)
+    cfg["block_sizes"] = [*list(cfg.get("block_sizes", [16, 64, 128]))[:3], stats_block_k]
+    return cfg
+
+
+def rms_norm_fp8_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    b: torch.Tensor,
+    scale_b: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: torch.Tensor | None = None,
+    *,
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(Residual add +) RMSNorm, per-token fp8 quantization and the FP8_Dynamic GEMM in one launch
+    (the formula is in the module docstring).
+
+    Args:
+        x: ``[M, K]`` bfloat16/float16 activations (the hidden states entering the norm); K
+            contiguous (a K-strided x is copied first).
+        norm_weight: ``[K]`` RMSNorm weight, bfloat16/float16.
+        eps: the RMSNorm epsilon.
+        b: ``[K, N]`` float8_e4m3fn weight, column-major (the ``weight.t()`` view of the row-major
+            ``[N, K]`` tensor vLLM holds); never copied.
+        scale_b: float32 per-output-channel weight scales, ``N`` elements.
+        residual: optional ``[M, K]`` residual stream of x's dtype (vLLM's ``fused_add_rms_norm``);
+            ``h = x + residual`` is normalized and returned as the new residual.
+        out_dtype: bfloat16 (default), float16 or float32.
+        bias: optional ``[N]`` tensor of ``out_dtype``.
+        config: ``block_sizes = [block_m, block_n, block_k, stats_block_k]``, ``split_k``, ``swap_ab``
+            and Triton's knobs (a 3-size ``scaled_mm`` config gets :func:`config_from_scaled_mm`'s
+            statistics tile); default :data:`DEFAULT_CONFIG`.
+
+    Returns:
+        ``(out [M, N] of out_dtype, new_residual [M, K] of x's dtype)``; ``new_residual`` is None
+        when ``residual`` is None.
+
+    Raises:
+        ValueError: a tensor has the wrong dtype, rank, shape, layout or device (the message names it).
+    """
+    _check(x, residual, norm_weight, b, scale_b, out_dtype, bias)
+    m, k = x.shape
+    n = b.shape[1]
+    if m == 0:
+        empty = torch.empty((0, n), dtype=out_dtype, device=x.device)
+        return empty, (torch.empty_like(x) if residual is not None else None)
+    x = x if x.stride(1) == 1 else x.contiguous()
+    if residual is not None and residual.stride(1) != 1:
+        residual = residual.contiguous()
+    cfg = dict(json.loads(config) if isinstance(config, str) else (config or DEFAULT_CONFIG))
+    if len(cfg.get("block_sizes", [])) == 3:
+        cfg = config_from_scaled_mm(cfg)
+    text = json.dumps(cfg, sort_keys=True)
+    out, new_residual = _kernel_for(text)(
+        x, residual, norm_weight, float(eps), b.t(), scale_b.reshape(n, 1), bias, out_dtype
+    )
+    return out, (new_residual if residual is not None else None)
+
+
+def rms_norm_fp8_linear_ref(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    b: torch.Tensor,
+    scale_b: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The unfused chain's reference: :func:`hlcore.norm_quant.fused_add_rms_norm_fp8_quant_ref` (or
+    :func:`~hlcore.norm_quant.rms_norm_fp8_quant_ref`), then :func:`hlcore.scaled_mm.scaled_mm_ref`
+    (dequantized math in fp32, rounded once)."""
+    from hlcore.norm_quant import fused_add_rms_norm_fp8_quant_ref, rms_norm_fp8_quant_ref
+    from hlcore.scaled_mm import scaled_mm_ref
+
+    if residual is not None:
+        q, scale_a, new_residual = fused_add_rms_norm_fp8_quant_ref(x, residual, norm_weight, eps)
+    else:
+        (q, scale_a), new_residual = rms_norm_fp8_quant_ref(x, norm_weight, eps), None
+    return scaled_mm_ref(q, b, scale_a, scale_b.reshape(-1), out_dtype, bias), new_residual
