@@ -16,7 +16,7 @@ here=$(dirname "$0")
 if [ "$phase" != G ]; then exec bash "$here/2026-12-09.sh" "$phase"; fi
 source "$here/phase-lib.sh"
 phase_begin
-HL_TEST_GPU=1 run gpu-tests-cache 150 python3 -m pytest -p no:cacheprovider -q -rfE -s \
+HL_TEST_GPU=1 run gpu-tests-cache 300 python3 -m pytest -p no:cacheprovider -q -rfE -s \
     packages/hlcore/tests/test_kernel_cache.py
 tail -15 "$O/gpu-tests-cache.log"
 phase_end
