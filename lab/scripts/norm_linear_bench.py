@@ -11,7 +11,11 @@ L2 (:func:`hlcore.timing.time_graph`), random bf16 activations and residuals, of
 * ``helion_two``: ``hlcore.norm_quant.fused_add_rms_norm_fp8_quant`` + ``hlcore.scaled_mm`` with the
   shipped config (the pick for (fp8_dynamic, M, N, K));
 * ``fused_s512`` / ``fused_s1024``: ``hlcore.norm_linear.rms_norm_fp8_linear``, one kernel, the
-  same GEMM config with a statistics tile of 512 / 1024.
+  same GEMM config with a statistics tile of 512 / 1024;
+* ``w8a16``: ``hlcore.norm_linear.rms_norm_w8a16_linear``, one kernel, the activation kept in bf16
+  (no quantization; another arithmetic than FP8_Dynamic's), the same GEMM config, statistics tile
+  512 (used with split-K); its error is also given against its own fp32 reference
+  (``w8a16_err_unquantized``).
 
 Each variant's output is checked against the fp32 reference of the unfused chain first (relative
 Frobenius error printed; vLLM's op updates its residual in place, so its check runs on a copy). The
@@ -30,14 +34,14 @@ SHAPES = {"qkv": (6144, 4096), "gate_up": (24576, 4096)}
 MS = (1, 2, 4, 8, 16, 32)
 LAYERS = 36
 EPS = 1e-6
-NAMES = ("vllm_two", "helion_two", "fused_s512", "fused_s1024")
+NAMES = ("vllm_two", "helion_two", "fused_s512", "fused_s1024", "w8a16")
 
 
 def _variants(x, res, norm_w, gemm_cfg) -> dict:
-    """The four variants as ``fn(weight, scale_b)`` over one (x, residual)."""
+    """The variants as ``fn(weight, scale_b)`` over one (x, residual)."""
     from vllm import _custom_ops as vllm_ops
 
-    from hlcore.norm_linear import config_from_scaled_mm, rms_norm_fp8_linear
+    from hlcore.norm_linear import config_from_scaled_mm, rms_norm_fp8_linear, rms_norm_w8a16_linear
     from hlcore.norm_quant import fused_add_rms_norm_fp8_quant
     from hlcore.scaled_mm import scaled_mm
 
@@ -60,12 +64,15 @@ def _variants(x, res, norm_w, gemm_cfg) -> dict:
         "helion_two": helion_two,
         "fused_s512": fused(512),
         "fused_s1024": fused(1024),
+        "w8a16": lambda w, s: rms_norm_w8a16_linear(
+            x, norm_w, EPS, w.t(), s, res, config=config_from_scaled_mm(gemm_cfg, 512)
+        )[0],
     }
 
 
 def main() -> None:
     from hlcore.formats import get_format
-    from hlcore.norm_linear import rms_norm_fp8_linear_ref
+    from hlcore.norm_linear import rms_norm_fp8_linear_ref, rms_norm_w8a16_linear_ref
     from hlcore.scaled_mm_config import pick_scaled_mm_config
     from hlcore.testing import rel_error
     from hlcore.timing import copies_for, time_graph
@@ -94,6 +101,9 @@ def main() -> None:
                     # vLLM's op updates its residual in place: its check runs on a copy
                     out = fn(w_q, scale_b, res.clone()) if name == "vllm_two" else fn(w_q, scale_b)
                     row[f"{name}_err"] = round(rel_error(out, ref), 5)
+                    if name == "w8a16":
+                        ref16, _ = rms_norm_w8a16_linear_ref(x, norm_w, EPS, w_q.t(), scale_b, res)
+                        row["w8a16_err_unquantized"] = round(rel_error(out, ref16), 5)
                     row[f"{name}_us"] = round(
                         time_graph([lambda w=w, s=s, fn=fn: fn(w, s) for w, s in copies]).median_us, 2
                     )
@@ -109,16 +119,16 @@ def main() -> None:
     print(
         "\n| M | "
         + " | ".join(f"{nm} us/step" for nm in NAMES)
-        + " | best fused vs helion_two | best fused vs vllm |"
+        + " | best fp8 fused vs helion_two | vs vllm_two | w8a16 vs vllm_two |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * (len(NAMES) + 4) + "|")
     for m in MS:
         tot = {nm: LAYERS * sum(r.get(f"{nm}_us", float("nan")) for r in rows if r["M"] == m) for nm in NAMES}
         best = min(tot["fused_s512"], tot["fused_s1024"])
         print(
             f"| {m} | "
             + " | ".join(f"{tot[nm]:.0f}" for nm in NAMES)
-            + f" | {tot['helion_two'] / best:.3f} | {tot['vllm_two'] / best:.3f} |"
+            + f" | {tot['helion_two'] / best:.3f} | {tot['vllm_two'] / best:.3f} | {tot['vllm_two'] / tot['w8a16']:.3f} |"
         )
 
 

@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from hlcore.formats import get_format
-from hlcore.norm_linear import config_from_scaled_mm, rms_norm_fp8_linear, rms_norm_fp8_linear_ref
+from hlcore.norm_linear import (
+    config_from_scaled_mm,
+    rms_norm_fp8_linear,
+    rms_norm_fp8_linear_ref,
+    rms_norm_w8a16_linear,
+    rms_norm_w8a16_linear_ref,
+)
 from hlcore.norm_quant import fused_add_rms_norm_fp8_quant, rms_norm_fp8_quant
 from hlcore.scaled_mm import scaled_mm_ref
 from hlcore.testing import rel_error, tolerance
@@ -145,3 +151,56 @@ def test_bad_input_names_the_tensor(change, message):
 def test_config_from_scaled_mm_appends_the_statistics_tile():
     gemm = {"block_sizes": [16, 64, 128], "split_k": 4, "num_warps": 4}
     assert config_from_scaled_mm(gemm) == {**gemm, "block_sizes": [16, 64, 128, 512]}
+
+
+# --------------------------------------------------------------------------------------------
+# rms_norm_w8a16_linear: the activation kept in bf16 (no quantization)
+# --------------------------------------------------------------------------------------------
+#: Only roundings of bf16 operands and the output separate it from the fp32 reference (~2^-8
+#: relative per element; Triton's interpreter truncates bf16 casts): far inside fp8_dynamic's
+#: tolerance, which the W8A8 chain's activation quantization needs.
+W8A16_TOLERANCE = 0.01
+#: Helion 1.5.0's eager hl.dot of bf16 (or fp32) operands is torch.mm(out_dtype=...), which has no CPU
+#: kernel in torch 2.11: the W8A16 kernel runs in Triton's interpreter and on the GPU only.
+needs_codegen = pytest.mark.skipif(
+    os.environ.get("HELION_INTERPRET") == "1", reason="Helion's eager hl.dot of bf16 has no CPU kernel"
+)
+
+
+@needs_codegen
+@pytest.mark.parametrize(
+    "m,n,k,config,with_residual",
+    [(1, 96, 256, PLAIN, True), (3, 64, 384, SWAP, False), (33, 64, 128, PLAIN, True)],
+    ids=["M1-add", "M3-swap-norm", "M33-add"],
+)
+def test_w8a16_within_tolerance_of_the_unquantized_chain(m, n, k, config, with_residual):
+    x, residual, norm_weight, b, scale_b, bias = _inputs(m, n, k, seed=m + k + 1, bias=m == 3)
+    residual = residual if with_residual else None
+    out, new_residual = rms_norm_w8a16_linear(
+        x, norm_weight, EPS, b, scale_b, residual, bias=bias, config=config
+    )
+    ref, _ = rms_norm_w8a16_linear_ref(x, norm_weight, EPS, b, scale_b, residual, torch.bfloat16, bias)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert rel_error(out, ref) <= W8A16_TOLERANCE
+    # no activation quantization: nearer the unquantized layer than the W8A8 chain is
+    w8a8, _ = rms_norm_fp8_linear_ref(x, norm_weight, EPS, b, scale_b, residual, torch.float32, bias)
+    assert rel_error(out, ref) < rel_error(w8a8, ref)
+    if with_residual:
+        assert torch.equal(new_residual, _ref(x, residual, norm_weight, b, scale_b, torch.bfloat16, bias)[1])
+    else:
+        assert new_residual is None
+
+
+@needs_codegen
+def test_w8a16_split_k_takes_the_row_statistics_in_their_own_pass():
+    x, residual, norm_weight, b, scale_b, bias = _inputs(
+        5, 128, 512, seed=9, out_dtype=torch.float32, bias=True
+    )
+    cfg = {**PLAIN, "block_sizes": [16, 64, 64, 128], "split_k": 4}
+    out, _ = rms_norm_w8a16_linear(x, norm_weight, EPS, b, scale_b, residual, torch.float32, bias, config=cfg)
+    ref, _ = rms_norm_w8a16_linear_ref(x, norm_weight, EPS, b, scale_b, residual, torch.float32, bias)
+    assert rel_error(out, ref) <= W8A16_TOLERANCE
+    one, _ = rms_norm_w8a16_linear(
+        x, norm_weight, EPS, b, scale_b, residual, torch.float32, bias, config=PLAIN
+    )
+    assert rel_error(out, one) <= 1e-5  # same sums, other order

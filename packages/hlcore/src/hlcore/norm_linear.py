@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from typing import Any
 
 import helion
@@ -51,6 +52,12 @@ from hlcore.quant_kernels import F32_MAX
 FP8_DTYPE = torch.float8_e4m3fn
 X_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: The W8A16 kernel's dot takes bf16/fp16 operands on the GPU; under Triton's CPU interpreter they are
+#: widened to fp32 first (the same exact products, summed in fp32): Triton 3.6's interpreter computes
+#: a bf16 x bf16 ``tl.dot`` wrongly (garbage of ~1e11 relative). Helion 1.5.0's eager mode cannot run
+#: that kernel on the CPU at all (its ``hl.dot`` of non-fp8 operands is ``torch.mm(out_dtype=...)``,
+#: which has no CPU kernel in torch 2.11).
+CPU_FP32_DOT = os.environ.get("TRITON_INTERPRET") == "1"
 DEFAULT_CONFIG = {
     "block_sizes": [16, 64, 128, 512],
     "split_k": 1,
@@ -132,12 +139,78 @@ def _rms_norm_fp8_linear_body(
     return out, new_residual
 
 
+def _rms_norm_w8a16_linear_body(
+    x: torch.Tensor,  # [M, K] bf16/fp16, K contiguous
+    residual: torch.Tensor | None,  # [M, K] x's dtype, K contiguous, or None (plain RMSNorm)
+    norm_weight: torch.Tensor,  # [K] the RMSNorm weight (bf16/fp16)
+    eps: float,
+    b_t: torch.Tensor,  # [N, K] fp8, K contiguous (= B.t() of the [K, N] column-major weight)
+    scale_b: torch.Tensor,  # fp32 [N, 1] per output channel
+    bias: torch.Tensor | None,  # [N] out dtype
+    out_dtype: torch.dtype,
+    dot_dtype: torch.dtype,  # the dot's operands: x's dtype on the GPU, fp32 in the CPU modes (CPU_FP32_DOT)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    m = x.size(0)
+    k = hl.specialize(x.size(1))
+    n = hl.specialize(b_t.size(0))
+    out = torch.empty([m, n], dtype=out_dtype, device=x.device)
+    new_residual = torch.empty([m, k], dtype=x.dtype, device=x.device)
+    split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
+    swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
+    k_chunk = helion.next_power_of_2(helion.cdiv(k, split_k))
+    stats_block_k = hl.register_block_size(k)
+    if split_k > 1:  # the split-K programs add into `out`; it starts as the bias (or zero)
+        if bias is not None:
+            out.copy_(bias.expand(m, n))
+        else:
+            out.zero_()
+    for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
+        sum_sq = hl.zeros([tile_m], dtype=torch.float32)
+        if split_k > 1:  # this program sees one K chunk: the row's sum of squares in its own pass
+            for tile_s in hl.tile(k, block_size=stats_block_k):
+                h_s = x[tile_m, tile_s].to(torch.float32)
+                if residual is not None:
+                    h_s = h_s + residual[tile_m, tile_s].to(torch.float32)
+                sum_sq = sum_sq + torch.sum(h_s * h_s, dim=-1)
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        acc_t = hl.zeros([tile_n, tile_m], dtype=torch.float32)
+        for tile_k in hl.tile(outer_k.begin, outer_k.end):
+            h_k = x[tile_m, tile_k].to(torch.float32)
+            if residual is not None:
+                h_k = h_k + residual[tile_m, tile_k].to(torch.float32)
+                if tile_n.begin == 0:
+                    new_residual[tile_m, tile_k] = h_k.to(x.dtype)
+            if split_k == 1:  # the whole row passes through this loop: its sum of squares too
+                sum_sq = sum_sq + torch.sum(h_k * h_k, dim=-1)
+            # the norm's weight folded in; 1 / rms is a per-row factor, applied after the dot
+            a_k = (h_k * norm_weight[tile_k].to(torch.float32)[None, :]).to(x.dtype).to(dot_dtype)
+            w_k = b_t[tile_n, tile_k].to(dot_dtype)  # e4m3 values are exact in bf16 / fp16
+            if swap_ab:
+                acc_t = acc_t + hl.dot(w_k, a_k.t(), out_dtype=torch.float32)
+            else:
+                acc = acc + hl.dot(a_k, w_k.t(), out_dtype=torch.float32)
+        if swap_ab:
+            acc = acc_t.t()
+        rms = torch.sqrt(sum_sq / k + eps)  # (rsqrt: Triton's CPU interpreter has no libdevice rsqrt)
+        res = acc / rms[:, None] * scale_b[tile_n, 0][None, :]
+        if split_k == 1:  # one program per output tile writes it once
+            if bias is not None:
+                res = res + bias[tile_n][None, :].to(torch.float32)
+            out[tile_m, tile_n] = res.to(out.dtype)
+        else:
+            hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
+    return out, new_residual
+
+
+_BODIES = {"fp8": _rms_norm_fp8_linear_body, "w8a16": _rms_norm_w8a16_linear_body}
+
+
 @functools.cache
-def _kernel_for(config_text: str):
-    """One ``helion.Kernel`` per config (:func:`hlcore.helion_compat.config_kernel`)."""
+def _kernel_for(activation: str, config_text: str):
+    """One ``helion.Kernel`` per (activation kind, config) (:func:`hlcore.helion_compat.config_kernel`)."""
     config = dict(helion.Config.from_json(config_text))
     return config_kernel(
-        _rms_norm_fp8_linear_body,
+        _BODIES[activation],
         config_text,
         lambda: helion.Config(**{"split_k": 1, "swap_ab": False, **config}),
     )
@@ -249,6 +322,10 @@ def rms_norm_fp8_linear(
     Raises:
         ValueError: a tensor has the wrong dtype, rank, shape, layout or device (the message names it).
     """
+    return _launch("fp8", x, norm_weight, eps, b, scale_b, residual, out_dtype, bias, config)
+
+
+def _launch(activation, x, norm_weight, eps, b, scale_b, residual, out_dtype, bias, config):
     _check(x, residual, norm_weight, b, scale_b, out_dtype, bias)
     m, k = x.shape
     n = b.shape[1]
@@ -262,10 +339,39 @@ def rms_norm_fp8_linear(
     if len(cfg.get("block_sizes", [])) == 3:
         cfg = config_from_scaled_mm(cfg)
     text = json.dumps(cfg, sort_keys=True)
-    out, new_residual = _kernel_for(text)(
-        x, residual, norm_weight, float(eps), b.t(), scale_b.reshape(n, 1), bias, out_dtype
-    )
+    args = [x, residual, norm_weight, float(eps), b.t(), scale_b.reshape(n, 1), bias, out_dtype]
+    if activation == "w8a16":
+        args.append(torch.float32 if CPU_FP32_DOT else x.dtype)
+    out, new_residual = _kernel_for(activation, text)(*args)
     return out, (new_residual if residual is not None else None)
+
+
+def rms_norm_w8a16_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    b: torch.Tensor,
+    scale_b: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: torch.Tensor | None = None,
+    *,
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(Residual add +) RMSNorm and the GEMM with the fp8 weight, the activation kept in x's dtype
+    (weight-only fp8, "W8A16"): no activation quantization, one launch.
+
+    ``h = x + residual``; ``out = ((h * norm_weight) @ dequant(B)) * (1 / sqrt(mean(h^2) + eps))``
+    per row (the norm's 1/rms is a per-row factor, applied after the dot), ``dequant(B) = B *
+    scale_b`` per output channel, ``(+ bias)``. The operand ``h * norm_weight`` is rounded to x's
+    dtype for the bf16/fp16 MMA (e4m3 weights are exact there). This is not FP8_Dynamic's
+    arithmetic: the activation is never quantized, so the result is nearer the unquantized layer
+    than vLLM's W8A8 chain (reference: :func:`rms_norm_w8a16_linear_ref`). With ``split_k == 1`` the
+    row's sum of squares is taken in the K loop itself; with ``split_k > 1`` each program takes it in
+    one pass over the row first. Arguments, returns and errors as :func:`rms_norm_fp8_linear`
+    (``block_sizes[3]``: the statistics tile, used with ``split_k > 1``).
+    """
+    return _launch("w8a16", x, norm_weight, eps, b, scale_b, residual, out_dtype, bias, config)
 
 
 def rms_norm_fp8_linear_ref(
@@ -289,3 +395,24 @@ def rms_norm_fp8_linear_ref(
     else:
         (q, scale_a), new_residual = rms_norm_fp8_quant_ref(x, norm_weight, eps), None
     return scaled_mm_ref(q, b, scale_a, scale_b.reshape(-1), out_dtype, bias), new_residual
+
+
+def rms_norm_w8a16_linear_ref(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    b: torch.Tensor,
+    scale_b: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fp32 reference of (residual add +) RMSNorm then the dequantized fp8 weight, no activation
+    quantization and no intermediate rounding: ``y = h / sqrt(mean(h^2) + eps) * norm_weight``,
+    ``out = y @ (B * scale_b) (+ bias)``, rounded once; ``new_residual = h`` rounded to x's dtype."""
+    h = x.to(torch.float32) + (residual.to(torch.float32) if residual is not None else 0.0)
+    y = h / torch.sqrt(torch.mean(h * h, dim=-1, keepdim=True) + eps) * norm_weight.to(torch.float32)
+    out = y @ (b.to(torch.float32) * scale_b.reshape(1, -1).to(torch.float32))
+    if bias is not None:
+        out = out + bias.to(torch.float32)
+    return out.to(out_dtype), (h.to(x.dtype) if residual is not None else None)
