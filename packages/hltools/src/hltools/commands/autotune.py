@@ -19,6 +19,7 @@ from hltools.provenance import git_commit
 class Effort(StrEnum):
     quick = "quick"
     full = "full"
+    grid = "grid"
 
 
 TpSizes = Annotated[
@@ -31,7 +32,14 @@ NumTokens = Annotated[
         "HL_MAX_HELION_SIZE when that is above 32."
     ),
 ]
-EffortOption = Annotated[Effort, typer.Option(help="Helion autotune effort per key.")]
+EffortOption = Annotated[
+    Effort,
+    typer.Option(
+        help="quick / full: Helion's autotuner at that effort, per key. grid: every config of the decode "
+        "search space (hltools.grid_search), one search per (format, N, K, M bucket), all compiled first "
+        "in one worker process per CPU; not with --gpus or --ray."
+    ),
+]
 BudgetMinutes = Annotated[
     float | None,
     typer.Option(min=0, help="Wall-clock budget for the whole run; keys left over resume on the next run."),
@@ -128,6 +136,8 @@ def autotune(
     if list_:
         _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
         return
+    if effort == Effort.grid and (ray is not None or (gpus or 1) > 1):
+        raise typer.BadParameter("grid runs on one GPU (not with --gpus > 1 or --ray)", param_hint="--effort")
     if ray is not None:
         _autotune_on_ray(
             out, ray, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed
@@ -143,6 +153,12 @@ def autotune(
     output = output if output is not None else _default_output()
     command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes)
     gpu_name, tune, check = backend
+    if effort == Effort.grid:
+        if ray is not None or len(_local_gpus(gpus)) > 1:
+            raise typer.BadParameter(
+                "grid runs on one GPU (not with --gpus > 1 or --ray)", param_hint="--effort"
+            )
+        tune = _grid_tuner(keys, seed)
     path = at.output_path(output, gpu_name)
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
@@ -150,13 +166,30 @@ def autotune(
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
     options = at.TuneOptions(effort=effort.value, seed=seed)
-    gpu_ids = _local_gpus(gpus)
+    gpu_ids = _local_gpus(1 if effort == Effort.grid else gpus)
     if len(gpu_ids) > 1:
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
     else:
         run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
         summary = _tune(out, keys, path, options, run)
     _report(out, summary, command)
+
+
+def _grid_tuner(keys, seed: int):
+    """The grid search's tuner over every key of the run (hltools.grid_search). hlcore's kernel cache
+    is switched on (a fresh directory for this run unless HL_KERNEL_CACHE_DIR is set) so the search
+    process loads what the compile workers generated instead of binding every candidate again."""
+    import tempfile
+
+    from hltools import grid_search as gs
+
+    if not os.environ.get("HL_KERNEL_CACHE_DIR", "").strip():
+        os.environ["HL_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="hl-grid-kernels-")
+
+    search = gs.GridSearch(
+        [(k.fmt, k.n, k.k, k.m) for k in keys], time=gs.gpu_timer(seed), compile=gs.parallel_compiler()
+    )
+    return gs.grid_tuner(search)
 
 
 def _report(out: Console, summary, command: str) -> None:

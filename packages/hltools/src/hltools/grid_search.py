@@ -1,0 +1,229 @@
+"""Exhaustive search of the scaled GEMM's decode configs (``hltools autotune --effort grid``).
+
+Helion's own autotuner searches Helion's whole config space per key and needs minutes per key to
+beat the heuristic (it beat it on none of four keys in 3 min: docs/tuning.md). Decode GEMMs have few
+knobs that matter, so this search enumerates them (:func:`search_space`) and times every candidate:
+
+1. **Buckets.** The keys of a run are grouped by (format, N, K) and M bucket (:data:`M_BUCKETS`:
+   1-8, 16, 24-32; larger M each its own): one search per group, at the bucket's largest M (its
+   ``block_m`` covers every M of the bucket).
+2. **Compile first, in parallel.** Every candidate of every group is compiled before anything is
+   timed, in worker processes (``compile(jobs)``: :func:`hltools.bench_compile.precompile`, one
+   process per CPU), so timing never waits for a compiler.
+3. **Time, then check every M.** The group's candidates are timed at the search M (``time(fmt, m,
+   n, k, configs)``: CUDA-graph replay over weight copies larger than L2, the benchmarks' timer);
+   then for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed
+   at that M and the fastest is the key's config. The heuristic config is always among them, so a
+   key never ends slower than the heuristic in the measurement that chose it.
+
+The space (:func:`search_space`, the heuristic config first): ``block_n`` 32 / 64 / 128,
+``block_k`` 128 / 256 (128 for block formats: one scale group per K tile), ``split_k`` 1..32 (whole
+K tiles per chunk), ``swap_ab`` on for M <= 16 (the tiny M on the MMA's narrow side; both above),
+``block_m`` the bucket's (16 or 32, up to 64), 4 warps, 4 stages (2 when a chunk holds fewer than 4
+K tiles, as the heuristic). About 36 candidates per group at M <= 16 and 72 at 24-32.
+
+Times and compiles are injected (``time``, ``compile``), so the search is tested on the CPU with
+fakes; :func:`gpu_timer` and :func:`parallel_compiler` are the H200 ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Decode M buckets: one search per (format, N, K, bucket), at the bucket's largest M.
+M_BUCKETS: tuple[tuple[int, ...], ...] = ((1, 2, 4, 8), (16,), (24, 32))
+#: Candidates per group re-timed at each M of the group (plus that M's heuristic config).
+TOP = 3
+BLOCK_N = (32, 64, 128)
+BLOCK_K = (128, 256)
+SPLIT_K = (1, 2, 4, 8, 16, 32)
+
+Config = dict[str, Any]
+#: ``time(fmt, m, n, k, configs) -> [median µs per config]`` (``inf`` for a config that fails).
+Timer = Callable[[str, int, int, int, Sequence[Config]], list[float]]
+#: ``compile([(fmt, n, k, ms, config), ...])``: build every kernel before timing.
+Compiler = Callable[[Sequence[tuple[str, int, int, tuple[int, ...], Config]]], None]
+
+
+def bucket_of(m: int) -> tuple[int, ...]:
+    """The :data:`M_BUCKETS` bucket holding ``m`` (``(m,)`` for an M in none)."""
+    return next((b for b in M_BUCKETS if m in b), (m,))
+
+
+def _key(config: Config) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def search_space(fmt: str, m: int, n: int, k: int) -> list[Config]:
+    """The candidates for ``fmt`` at (M, N, K), M the bucket's largest: the heuristic config first
+    (:func:`hlcore.scaled_mm_config.default_scaled_mm_config`), then the grid of the module
+    docstring, each valid by :func:`hlcore.scaled_mm_config.check_scaled_mm_config`, no duplicates."""
+    from hlcore.formats import get_format
+    from hlcore.scaled_mm_config import check_scaled_mm_config, default_scaled_mm_config
+
+    blocked = get_format(fmt).block_size is not None
+    block_m = min(64, max(16, 1 << (m - 1).bit_length()))
+    out: dict[str, Config] = {}
+    heuristic = default_scaled_mm_config(m, n, k)
+    out[_key(heuristic)] = heuristic
+    for block_k in (128,) if blocked else BLOCK_K:
+        for block_n in BLOCK_N:
+            for split_k in SPLIT_K:
+                chunk = k // split_k
+                if split_k > 1 and chunk < block_k:
+                    continue
+                for swap_ab in (True,) if m <= 16 else (True, False):
+                    config = {
+                        "block_sizes": [block_m, block_n, block_k],
+                        "num_warps": 4,
+                        "num_stages": 4 if chunk >= 4 * block_k else 2,
+                        "split_k": split_k,
+                        "swap_ab": swap_ab,
+                    }
+                    if check_scaled_mm_config(config) is None:
+                        out.setdefault(_key(config), config)
+    return list(out.values())
+
+
+@dataclass
+class KeyPick:
+    """The search's result for one key: the config, its time and the heuristic config's time at the
+    key's own M (µs), and how many candidates the key's group timed."""
+
+    config: Config
+    us: float
+    heuristic_us: float
+    candidates: int
+
+
+@dataclass
+class GridSearch:
+    """One search over the keys ``keys`` (``(fmt, n, k, m)`` tuples) with the given timer and
+    compiler; :meth:`pick` runs a key's group on first use (compiling every group of the run
+    before the first timing) and answers from memory afterwards."""
+
+    keys: Sequence[tuple[str, int, int, int]]
+    time: Timer
+    compile: Compiler
+    top: int = TOP
+    _groups: dict[tuple, list[int]] = field(default_factory=dict, init=False)
+    _spaces: dict[tuple, list[Config]] = field(default_factory=dict, init=False)
+    _picks: dict[tuple, KeyPick] = field(default_factory=dict, init=False)
+    _compiled: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        for fmt, n, k, m in self.keys:
+            self._groups.setdefault((fmt, n, k, bucket_of(m)), []).append(m)
+        for (fmt, n, k, bucket), ms in self._groups.items():
+            self._spaces[(fmt, n, k, bucket)] = search_space(fmt, max(max(bucket), *ms), n, k)
+
+    def _compile_all(self) -> None:
+        from hlcore.scaled_mm_config import default_scaled_mm_config
+
+        jobs: dict[tuple, tuple] = {}
+        for (fmt, n, k, bucket), space in self._spaces.items():
+            ms = tuple(sorted(set(self._groups[(fmt, n, k, bucket)]) | {max(bucket)}))
+            for config in space:
+                jobs.setdefault((fmt, n, k, _key(config)), (fmt, n, k, ms, config))
+            for m in ms:  # each M's own heuristic config, timed beside the top ones
+                h = default_scaled_mm_config(m, n, k)
+                jobs.setdefault((fmt, n, k, _key(h)), (fmt, n, k, (m,), h))
+        self.compile(list(jobs.values()))
+        self._compiled = True
+
+    def pick(self, fmt: str, n: int, k: int, m: int) -> KeyPick:
+        """The key's config (see the module docstring)."""
+        if (fmt, n, k, m) in self._picks:
+            return self._picks[(fmt, n, k, m)]
+        group = (fmt, n, k, bucket_of(m))
+        if group not in self._groups:
+            raise KeyError(f"{fmt} N={n} K={k} M={m} is not a key of this search")
+        if not self._compiled:
+            self._compile_all()
+        space = self._spaces[group]
+        search_m = max(max(group[3]), *self._groups[group])
+        times = self.time(fmt, search_m, n, k, space)
+        ranked = [
+            c for t, c in sorted(zip(times, space, strict=True), key=lambda x: x[0]) if math.isfinite(t)
+        ]
+        self._check_each_m(group, ranked[: self.top], len(space))
+        return self._picks[(fmt, n, k, m)]
+
+    def _check_each_m(self, group: tuple, best: list[Config], timed: int) -> None:
+        from hlcore.scaled_mm_config import default_scaled_mm_config
+
+        fmt, n, k, _ = group
+        for m in sorted(set(self._groups[group])):
+            heuristic = default_scaled_mm_config(m, n, k)
+            cands = [heuristic] + [c for c in best if _key(c) != _key(heuristic)]
+            times = self.time(fmt, m, n, k, cands)
+            i = min(range(len(cands)), key=lambda j: times[j])
+            self._picks[(fmt, n, k, m)] = KeyPick(cands[i], times[i], times[0], timed)
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU's timer and compiler
+# --------------------------------------------------------------------------------------------
+def gpu_timer(seed: int = 0) -> Timer:
+    """A :data:`Timer` on the current CUDA GPU: :func:`hltools.bench.make_inputs` with weight copies
+    larger than L2 (kept per (format, N, K)), each config timed by :func:`hltools.timing.time_graph`
+    over one call per copy; a config that raises times ``inf``."""
+    from hltools.bench import make_inputs
+    from hltools.timing import copies_for, time_graph
+
+    inputs: dict[tuple, Any] = {}
+
+    def time(fmt: str, m: int, n: int, k: int, configs: Sequence[Config]) -> list[float]:
+        from hlcore.scaled_mm import scaled_mm
+
+        if (fmt, n, k) not in inputs:
+            inputs.clear()  # one shape's copies at a time (GBs for the largest)
+            inputs[(fmt, n, k)] = make_inputs(fmt, n, k, 64, copies_for(n * k), seed=seed)
+        d = inputs[(fmt, n, k)]
+        a, sa = d.a[:m], d.scale_a[:m]
+        out = []
+        for config in configs:
+            calls = [
+                lambda b=b, sb=sb, c=config: scaled_mm(
+                    a, b, sa, sb, d.out_dtype, block_size=d.block_size, config=c
+                )
+                for b, sb in d.weights
+            ]
+            try:
+                out.append(time_graph(calls).median_us)
+            except Exception:  # noqa: BLE001 - a candidate that fails is not picked
+                out.append(float("inf"))
+        return out
+
+    return time
+
+
+def parallel_compiler(workers: int | None = None, on_done: Callable | None = None) -> Compiler:
+    """A :data:`Compiler` running :func:`hltools.bench_compile.precompile` in ``workers`` spawned
+    processes (default: one per CPU): Triton's cache (and hlcore's kernel cache when
+    ``HL_KERNEL_CACHE_DIR`` is set) is warm when the search times the candidates."""
+    from hltools.bench_compile import CompileJob, precompile
+
+    def compile(jobs: Sequence[tuple[str, int, int, tuple[int, ...], Config]]) -> None:
+        work = [
+            CompileJob("helion", fmt, n, k, ms, json.dumps(c, sort_keys=True)) for fmt, n, k, ms, c in jobs
+        ]
+        precompile(work, workers if workers is not None else (os.cpu_count() or 1), on_done=on_done)
+
+    return compile
+
+
+def grid_tuner(search: GridSearch) -> Callable:
+    """An :data:`hltools.autotune.Tuner` over ``search``: a key's config is :meth:`GridSearch.pick`'s
+    (``options`` are not used: the search is exhaustive, ``--budget-minutes`` only stops starting
+    keys)."""
+
+    def tune(key, options) -> Config:
+        return dict(search.pick(key.fmt, key.n, key.k, key.m).config)
+
+    return tune

@@ -1,0 +1,156 @@
+"""hltools.grid_search (``hltools autotune --effort grid``) without a GPU: the search space, one
+compile of every candidate before any timing, one search per (format, N, K, M bucket), every M
+re-checked with its heuristic config, with a fake timer (a cost model) and a recording compiler."""
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from hlcore.scaled_mm_config import check_scaled_mm_config, default_scaled_mm_config
+from hltools import autotune as at
+from hltools import grid_search as gs
+from hltools.cli import app
+
+runner = CliRunner()
+
+
+def _key(c):
+    return json.dumps(c, sort_keys=True)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8", "block_fp8"])
+@pytest.mark.parametrize("m", [8, 16, 32])
+def test_space_starts_with_the_heuristic_and_holds_only_valid_distinct_configs(fmt, m):
+    n, k = 6144, 4096
+    space = gs.search_space(fmt, m, n, k)
+    heuristic = default_scaled_mm_config(m, n, k)
+    assert space[0] == heuristic
+    assert len({_key(c) for c in space}) == len(space)
+    assert all(check_scaled_mm_config(c) is None for c in space)
+    block_ks = {128} if fmt == "block_fp8" else {128, 256}
+    assert {c["block_sizes"][0] for c in space} == {max(16, m)}
+    assert {c["block_sizes"][1] for c in space} == set(gs.BLOCK_N)
+    assert {c["block_sizes"][2] for c in space} == block_ks
+    assert {c["swap_ab"] for c in space} == ({True} if m <= 16 else {True, False})
+    # every K chunk holds whole K tiles; the largest split the grid allows is there
+    assert all(k // c["split_k"] >= c["block_sizes"][2] for c in space)
+    assert max(c["split_k"] for c in space) == 32
+    splits = sum(1 for bk in block_ks for sk in gs.SPLIT_K if sk == 1 or k // sk >= bk)
+    grid = len(gs.BLOCK_N) * splits * (1 if m <= 16 else 2)
+    heuristic_on_grid = heuristic["split_k"] in gs.SPLIT_K and heuristic["block_sizes"][1] in gs.BLOCK_N
+    assert len(space) == grid + (0 if heuristic_on_grid else 1)
+
+
+def test_small_k_gets_no_split_beyond_its_tiles():
+    space = gs.search_space("fp8_dynamic", 1, 256, 512)
+    assert max(c["split_k"] for c in space if c["block_sizes"][2] == 256) == 2
+    assert max(c["split_k"] for c in space if c["block_sizes"][2] == 128) == 4
+
+
+class CostModel:
+    """Fake GPU: a config's time is a smooth function of its knobs and M; ``broken`` configs fail
+    (inf). Records every call."""
+
+    def __init__(self, broken=(), heuristic_bonus=0.0):
+        self.calls, self.broken, self.heuristic_bonus = [], {_key(c) for c in broken}, heuristic_bonus
+
+    def cost(self, m, n, k, c):
+        bm, bn, bk = c["block_sizes"]
+        t = 10.0 + abs(math.log2(bn / (128 if m > 16 else 64))) + abs(math.log2(c["split_k"] / 8)) * 0.5
+        t += 0.3 * (bk == 256) + 0.2 * (not c["swap_ab"]) + 0.01 * m
+        if _key(c) == _key(default_scaled_mm_config(m, n, k)):
+            t -= self.heuristic_bonus
+        return t
+
+    def __call__(self, fmt, m, n, k, configs):
+        self.calls.append((fmt, m, n, k, [_key(c) for c in configs]))
+        return [math.inf if _key(c) in self.broken else self.cost(m, n, k, c) for c in configs]
+
+
+class Recorder:
+    def __init__(self):
+        self.jobs = []
+
+    def __call__(self, jobs):
+        self.jobs.append(list(jobs))
+
+
+KEYS = [("fp8_dynamic", 6144, 4096, m) for m in (1, 2, 4, 8, 16, 24, 32)]
+
+
+def test_every_candidate_is_compiled_once_before_anything_is_timed():
+    timer, compiler = CostModel(), Recorder()
+    search = gs.GridSearch(KEYS, time=timer, compile=compiler)
+    assert compiler.jobs == [] and timer.calls == []  # nothing before the first pick
+    search.pick("fp8_dynamic", 6144, 4096, 1)
+    assert len(compiler.jobs) == 1  # one compile call for the whole run
+    jobs = compiler.jobs[0]
+    compiled = {_key(c) for _, _, _, _, c in jobs}
+    assert len(compiled) == len(jobs)  # each config once per (format, N, K)
+    for bucket in gs.M_BUCKETS:
+        assert {_key(c) for c in gs.search_space("fp8_dynamic", max(bucket), 6144, 4096)} <= compiled
+    for m in (1, 2, 4, 8, 16, 24, 32):
+        assert _key(default_scaled_mm_config(m, 6144, 4096)) in compiled
+    for _ in KEYS:
+        search.pick(*_[:3], _[3])
+    assert len(compiler.jobs) == 1
+
+
+def test_one_search_per_bucket_then_each_m_with_the_top_and_its_heuristic():
+    timer = CostModel()
+    search = gs.GridSearch(KEYS, time=timer, compile=Recorder())
+    picks = {m: search.pick("fp8_dynamic", 6144, 4096, m) for _, _, _, m in KEYS}
+    searches = [c for c in timer.calls if len(c[4]) > gs.TOP + 1]
+    assert sorted(c[1] for c in searches) == [8, 16, 32]  # at each bucket's largest M
+    for m, pick in picks.items():
+        checks = [c for c in timer.calls if c[1] == m and len(c[4]) <= gs.TOP + 1]
+        assert len(checks) == 1
+        assert checks[0][4][0] == _key(default_scaled_mm_config(m, 6144, 4096))
+        expected = min(timer.cost(m, 6144, 4096, json.loads(c)) for c in checks[0][4])
+        assert pick.us == expected and pick.us <= pick.heuristic_us
+    # the cost model's optimum: block_n 64, split_k 8, swap_ab, block_k 128 at M <= 16
+    assert picks[1].config["block_sizes"][1:] == [64, 128] and picks[1].config["split_k"] == 8
+    assert picks[32].config["block_sizes"] == [32, 128, 128] and picks[32].config["swap_ab"] is True
+
+
+def test_never_worse_than_the_heuristic_and_never_a_failing_config():
+    best_grid = {"block_sizes": [16, 64, 128], "num_warps": 4, "num_stages": 4, "split_k": 8, "swap_ab": True}
+    timer = CostModel(broken=[best_grid], heuristic_bonus=5.0)
+    search = gs.GridSearch(KEYS, time=timer, compile=Recorder())
+    for _, n, k, m in KEYS:
+        pick = search.pick("fp8_dynamic", n, k, m)
+        assert _key(pick.config) != _key(best_grid)
+        assert pick.config == default_scaled_mm_config(m, n, k)  # the heuristic wins by the bonus
+        assert pick.us == pick.heuristic_us
+
+
+def test_unknown_key_is_an_error():
+    search = gs.GridSearch(KEYS, time=CostModel(), compile=Recorder())
+    with pytest.raises(KeyError, match="not a key of this search"):
+        search.pick("fp8_dynamic", 4096, 4096, 1)
+
+
+def test_grid_tuner_saves_the_searchs_picks_through_run_autotune(tmp_path):
+    keys = [at.TuneKey(*k) for k in KEYS[:3]]
+    search = gs.GridSearch([(k.fmt, k.n, k.k, k.m) for k in keys], time=CostModel(), compile=Recorder())
+
+    def check(key, config, options):
+        return at.CheckResult(True, config, rel_err=1e-3, helion_us=9.0, default_us=10.0, fallback_us=11.0)
+
+    path = tmp_path / "nvidia_h200.json"
+    meta = {"gpu": "nvidia_h200", "helion": "1.5.0", "seed": 0}
+    summary = at.run_autotune(keys, path, tune=gs.grid_tuner(search), check=check, metadata=meta)
+    assert summary.count("tuned") == 3
+    from hlcore import config_store as cs
+
+    saved = {e.key["m"]: e.config for e in cs.read_config_file(path).entries.values()}
+    assert saved == {k.m: search.pick(k.fmt, k.n, k.k, k.m).config for k in keys}
+
+
+@pytest.mark.parametrize("extra", [["--gpus", "2"], ["--ray", "auto"]], ids=["gpus", "ray"])
+def test_cli_grid_is_one_gpu_only(extra):
+    result = runner.invoke(app, ["autotune", "--model", "qwen3-1.7b", "--effort", "grid", *extra])
+    assert result.exit_code == 2
+    assert "grid runs on one GPU" in result.output
