@@ -169,10 +169,10 @@ class GridSearch:
 # --------------------------------------------------------------------------------------------
 # The GPU's timer and compiler
 # --------------------------------------------------------------------------------------------
-def gpu_timer(seed: int = 0) -> Timer:
-    """A :data:`Timer` on the current CUDA GPU: :func:`hltools.bench.make_inputs` with weight copies
-    larger than L2 (kept per (format, N, K)), each config timed by :func:`hltools.timing.time_graph`
-    over one call per copy; a config that raises times ``inf``."""
+def gpu_timer(max_m: int, seed: int = 0) -> Timer:
+    """A :data:`Timer` on the current CUDA GPU for M up to ``max_m``: :func:`hltools.bench.make_inputs`
+    with weight copies larger than L2 (kept for one (format, N, K) at a time), each config timed by
+    :func:`hltools.timing.time_graph` over one call per copy; a config that raises times ``inf``."""
     from hltools.bench import make_inputs
     from hltools.timing import copies_for, time_graph
 
@@ -183,7 +183,7 @@ def gpu_timer(seed: int = 0) -> Timer:
 
         if (fmt, n, k) not in inputs:
             inputs.clear()  # one shape's copies at a time (GBs for the largest)
-            inputs[(fmt, n, k)] = make_inputs(fmt, n, k, 64, copies_for(n * k), seed=seed)
+            inputs[(fmt, n, k)] = make_inputs(fmt, n, k, max_m, copies_for(n * k), seed=seed)
         d = inputs[(fmt, n, k)]
         a, sa = d.a[:m], d.scale_a[:m]
         out = []

@@ -187,7 +187,9 @@ def _grid_tuner(keys, seed: int):
         os.environ["HL_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="hl-grid-kernels-")
 
     search = gs.GridSearch(
-        [(k.fmt, k.n, k.k, k.m) for k in keys], time=gs.gpu_timer(seed), compile=gs.parallel_compiler()
+        [(k.fmt, k.n, k.k, k.m) for k in keys],
+        time=gs.gpu_timer(max(k.m for k in keys), seed),
+        compile=gs.parallel_compiler(),
     )
     return gs.grid_tuner(search)
 
