@@ -10,14 +10,17 @@
 #       its per-key times against the heuristic config and vLLM's kernel
 #   KT1 KT2 KT3   the marks of Qwen3-8B at TP 2 from three processes (the 63 keys the afternoon's
 #       six processes did not time), then hltools configs from-bench on the CPU
+#   SC1 SC2   issue 20's cold start with the compile moved off the capture: an FP8 engine pair from
+#       empty caches, the plugin with HL_PRECOMPILE_PROCESSES=8 (few TTFT samples; two pairs so the
+#       per-process noise of 17-49 s before the engine core shows)
 #   N   Qwen3-8B FP8_Dynamic, 36 layers, end to end with the re-derived marks (2026-12-09.sh N)
 #   P, S2   as in 2026-12-09.sh (DeepGEMM prewarm, a Block_FP8 TTFT pair)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-11.sh NL|T|KT1|KT2|KT3|N|P|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-11.sh NL|T|KT1|KT2|KT3|SC1|SC2|N|P|S2
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in NL | T | KT?) ;; *) exec bash "$here/2026-12-09.sh" "$phase" ;; esac
+case $phase in NL | T | KT? | SC?) ;; *) exec bash "$here/2026-12-09.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
@@ -33,6 +36,13 @@ T)
     run grid-8b-fp8 560 python3 -m hltools autotune --model qwen3-8b --formats fp8_dynamic --effort grid \
         --output "$O/grid"
     tail -40 "$O/grid-8b-fp8.log"
+    ;;
+SC?)
+    run startup-cold-$phase 560 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
+        --out "$O/fp8_dynamic" --repeats 4 --on-env HL_PRECOMPILE_PROCESSES=8
+    sed -n '/^qwen3-8b/,$p' "$O/startup-cold-$phase.log" | head -8
+    grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-cold-$phase.log" | cut -c1-300
+    grep -hE "Dynamo bytecode|Compiling a graph|Graph capturing finished|init engine" "$O/startup-cold-$phase.log" | cut -c1-160
     ;;
 KT?)
     run marks-$phase python3 -m hltools bench kernels --model qwen3-8b --tp 2 --formats all \
