@@ -20,6 +20,7 @@ from typing import Any
 import helion.language as hl
 import torch
 
+from hlcore.arg_checks import describe as _describe
 from hlcore.aux_configs import aux_kernel, config_json, pick_silu_and_mul_config
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -59,10 +60,6 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # Host wrapper
 # --------------------------------------------------------------------------------------------
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
 
 
 def silu_and_mul(x: torch.Tensor, *, config: Any = None) -> torch.Tensor:

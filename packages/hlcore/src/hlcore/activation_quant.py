@@ -26,6 +26,7 @@ import helion.language as hl
 import torch
 
 from hlcore.activation import DTYPES, silu_and_mul_ref
+from hlcore.arg_checks import describe as _describe
 from hlcore.aux_configs import aux_kernel, config_json, pick_rms_norm_config
 from hlcore.quant import (
     FP8_DTYPE,
@@ -94,12 +95,6 @@ def silu_and_mul_fp8_quant_ref(
 def silu_and_mul_int8_quant_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``per_token_int8_quant_ref(silu_and_mul_ref(x))``: ``(q [M, d] int8, scale [M, 1] fp32)``."""
     return per_token_int8_quant_ref(silu_and_mul_ref(x))
-
-
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
 
 
 def _launch(

@@ -34,6 +34,7 @@ import torch
 from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
 from hlcore import kernel_pool
+from hlcore.arg_checks import check_fp8_weight, check_one_device, check_out_dtype_and_bias, describe
 from hlcore.aux_configs import config_json
 from hlcore.helion_compat import config_kernel
 from hlcore.quant_kernels import fp8_group_rows
@@ -106,28 +107,14 @@ def _kernel_for(config_text: str):
     )
 
 
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
-
-
 def _check(x, b, scale_b, out_dtype, bias) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in X_DTYPES or x.shape[1] == 0:
         raise ValueError(
             f"block_fp8_linear: x must be a 2-D [M, K] tensor (K > 0) of dtype bfloat16, float16 or float32; "
-            f"got {_describe(x)}"
+            f"got {describe(x)}"
         )
     m, k = x.shape
-    if not isinstance(b, torch.Tensor) or b.dim() != 2 or b.dtype != FP8_DTYPE or b.shape[0] != k:
-        raise ValueError(
-            f"block_fp8_linear: b must be a 2-D [K, N] = [{k}, N] {FP8_DTYPE} tensor; got {_describe(b)}"
-        )
-    n = b.shape[1]
-    if b.stride(0) != 1 and n > 1:
-        raise ValueError(
-            f"block_fp8_linear: b must be column-major [K, N] (the weight.t() view vLLM holds); got {_describe(b)}"
-        )
+    n = check_fp8_weight("block_fp8_linear", b, k)
     want = (-(-n // GROUP), -(-k // GROUP))
     if (
         not isinstance(scale_b, torch.Tensor)
@@ -136,23 +123,10 @@ def _check(x, b, scale_b, out_dtype, bias) -> None:
     ):
         raise ValueError(
             f"block_fp8_linear: scale_b must be float32 [ceil(N/128), ceil(K/128)] = {list(want)} "
-            f"(128 x 128 weight blocks); got {_describe(scale_b)}"
+            f"(128 x 128 weight blocks); got {describe(scale_b)}"
         )
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"block_fp8_linear: out_dtype must be one of {OUT_DTYPES}; got {out_dtype}")
-    if bias is not None and (
-        not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.numel() != n or bias.dtype != out_dtype
-    ):
-        raise ValueError(
-            f"block_fp8_linear: bias must be a 1-D [N] = [{n}] tensor of {out_dtype}; got {_describe(bias)}"
-        )
-    devices = {
-        name: t.device
-        for name, t in (("x", x), ("b", b), ("scale_b", scale_b), ("bias", bias))
-        if t is not None
-    }
-    if len(set(devices.values())) != 1:
-        raise ValueError(f"block_fp8_linear: all tensors must be on one device; got {devices}")
+    check_out_dtype_and_bias("block_fp8_linear", out_dtype, bias, n, OUT_DTYPES)
+    check_one_device("block_fp8_linear", x=x, b=b, scale_b=scale_b, bias=bias)
 
 
 def block_fp8_linear(

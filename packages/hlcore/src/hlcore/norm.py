@@ -28,6 +28,7 @@ from typing import Any
 import helion.language as hl
 import torch
 
+from hlcore.arg_checks import describe as _describe
 from hlcore.aux_configs import aux_kernel, config_json, pick_fused_add_rms_norm_config, pick_rms_norm_config
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -139,10 +140,6 @@ def fused_add_rms_norm_ref(
 # --------------------------------------------------------------------------------------------
 # Host wrappers
 # --------------------------------------------------------------------------------------------
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
 
 
 def check_residual(name: str, x: torch.Tensor, residual: object) -> None:

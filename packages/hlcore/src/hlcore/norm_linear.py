@@ -44,6 +44,13 @@ import helion.language as hl
 import torch
 from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
+from hlcore.arg_checks import (
+    check_fp8_weight,
+    check_one_device,
+    check_out_dtype_and_bias,
+    check_per_channel_scale,
+    describe,
+)
 from hlcore.helion_compat import config_kernel
 from hlcore.norm import rms_weighted_rows
 from hlcore.quant import FP8_MAX, FP8_MIN_SCALE
@@ -216,24 +223,18 @@ def _kernel_for(activation: str, config_text: str):
     )
 
 
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
-
-
 def _check(x, residual, norm_weight, b, scale_b, out_dtype, bias) -> None:
     name = "rms_norm_fp8_linear"
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in X_DTYPES or x.shape[1] == 0:
         raise ValueError(
-            f"{name}: x must be a 2-D [M, K] tensor (K > 0) of bfloat16 or float16; got {_describe(x)}"
+            f"{name}: x must be a 2-D [M, K] tensor (K > 0) of bfloat16 or float16; got {describe(x)}"
         )
     m, k = x.shape
     if residual is not None and (
         not isinstance(residual, torch.Tensor) or residual.shape != x.shape or residual.dtype != x.dtype
     ):
         raise ValueError(
-            f"{name}: residual must be [M, K] = [{m}, {k}] of x's dtype {x.dtype}; got {_describe(residual)}"
+            f"{name}: residual must be [M, K] = [{m}, {k}] of x's dtype {x.dtype}; got {describe(residual)}"
         )
     if (
         not isinstance(norm_weight, torch.Tensor)
@@ -241,39 +242,12 @@ def _check(x, residual, norm_weight, b, scale_b, out_dtype, bias) -> None:
         or norm_weight.dtype not in X_DTYPES
     ):
         raise ValueError(
-            f"{name}: norm_weight must be a 1-D [K] = [{k}] bfloat16/float16 tensor; got {_describe(norm_weight)}"
+            f"{name}: norm_weight must be a 1-D [K] = [{k}] bfloat16/float16 tensor; got {describe(norm_weight)}"
         )
-    if not isinstance(b, torch.Tensor) or b.dim() != 2 or b.dtype != FP8_DTYPE or b.shape[0] != k:
-        raise ValueError(f"{name}: b must be a 2-D [K, N] = [{k}, N] {FP8_DTYPE} tensor; got {_describe(b)}")
-    n = b.shape[1]
-    if b.stride(0) != 1 and n > 1:
-        raise ValueError(
-            f"{name}: b must be column-major [K, N] (the weight.t() view vLLM holds); got {_describe(b)}"
-        )
-    if not isinstance(scale_b, torch.Tensor) or scale_b.dtype != torch.float32 or scale_b.numel() != n:
-        raise ValueError(
-            f"{name}: scale_b must be a per-channel float32 tensor of N = {n} elements ([N, 1], [1, N] or [N]); "
-            f"got {_describe(scale_b)}"
-        )
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"{name}: out_dtype must be one of {OUT_DTYPES}; got {out_dtype}")
-    if bias is not None and (
-        not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.numel() != n or bias.dtype != out_dtype
-    ):
-        raise ValueError(
-            f"{name}: bias must be a 1-D [N] = [{n}] tensor of {out_dtype}; got {_describe(bias)}"
-        )
-    tensors = {
-        "x": x,
-        "residual": residual,
-        "norm_weight": norm_weight,
-        "b": b,
-        "scale_b": scale_b,
-        "bias": bias,
-    }
-    devices = {key: t.device for key, t in tensors.items() if t is not None}
-    if len(set(devices.values())) != 1:
-        raise ValueError(f"{name}: all tensors must be on one device; got {devices}")
+    n = check_fp8_weight(name, b, k)
+    check_per_channel_scale(name, scale_b, n)
+    check_out_dtype_and_bias(name, out_dtype, bias, n, OUT_DTYPES)
+    check_one_device(name, x=x, residual=residual, norm_weight=norm_weight, b=b, scale_b=scale_b, bias=bias)
 
 
 def config_from_scaled_mm(config: Any, stats_block_k: int = 512) -> dict:

@@ -34,6 +34,7 @@ import helion
 import helion.language as hl
 import torch
 
+from hlcore.arg_checks import describe as _describe
 from hlcore.aux_configs import (
     aux_kernel,
     config_json,
@@ -188,10 +189,6 @@ def _kernel_for(name: str, config_json_text: str, variant: object = None):
 # --------------------------------------------------------------------------------------------
 # Host wrappers
 # --------------------------------------------------------------------------------------------
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
 
 
 def _check_x(who: str, x: torch.Tensor) -> torch.Tensor:

@@ -57,6 +57,7 @@ from typing import Any
 import torch
 
 from hlcore import kernel_pool
+from hlcore.arg_checks import describe as _describe
 from hlcore.aux_configs import config_json
 from hlcore.formats import FORMATS, OUT_DTYPE_NAMES, ScaledMMFormat, get_format
 from hlcore.helion_compat import config_kernel, gemm_kernel, local_kernel
@@ -229,10 +230,6 @@ def scaled_mm_ref(
 # --------------------------------------------------------------------------------------------
 # Host wrapper
 # --------------------------------------------------------------------------------------------
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
 
 
 def scaled_mm_format(a: torch.Tensor, block_size: tuple[int, int] | None) -> str:

@@ -35,6 +35,13 @@ import helion.language as hl
 import torch
 from helion.autotuner import BooleanFragment, PowerOfTwoFragment
 
+from hlcore.arg_checks import (
+    check_fp8_weight,
+    check_one_device,
+    check_out_dtype_and_bias,
+    check_per_channel_scale,
+    describe,
+)
 from hlcore.helion_compat import config_kernel
 from hlcore.norm_linear import CPU_FP32_DOT
 
@@ -148,39 +155,11 @@ def _kernel_for(kind: str, config_text: str):
     )
 
 
-def _describe(t: object) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, strides {tuple(t.stride())}, device {t.device}"
-
-
 def _check(name: str, x, k: int, b, scale_b, out_dtype, bias) -> None:
-    if not isinstance(b, torch.Tensor) or b.dim() != 2 or b.dtype != FP8_DTYPE or b.shape[0] != k:
-        raise ValueError(f"{name}: b must be a 2-D [K, N] = [{k}, N] {FP8_DTYPE} tensor; got {_describe(b)}")
-    n = b.shape[1]
-    if b.stride(0) != 1 and n > 1:
-        raise ValueError(
-            f"{name}: b must be column-major [K, N] (the weight.t() view vLLM holds); got {_describe(b)}"
-        )
-    if not isinstance(scale_b, torch.Tensor) or scale_b.dtype != torch.float32 or scale_b.numel() != n:
-        raise ValueError(
-            f"{name}: scale_b must be a per-channel float32 tensor of N = {n} elements; got {_describe(scale_b)}"
-        )
-    if out_dtype not in OUT_DTYPES:
-        raise ValueError(f"{name}: out_dtype must be one of {OUT_DTYPES}; got {out_dtype}")
-    if bias is not None and (
-        not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.numel() != n or bias.dtype != out_dtype
-    ):
-        raise ValueError(
-            f"{name}: bias must be a 1-D [N] = [{n}] tensor of {out_dtype}; got {_describe(bias)}"
-        )
-    devices = {
-        key: t.device
-        for key, t in (("x", x), ("b", b), ("scale_b", scale_b), ("bias", bias))
-        if t is not None
-    }
-    if len(set(devices.values())) != 1:
-        raise ValueError(f"{name}: all tensors must be on one device; got {devices}")
+    n = check_fp8_weight(name, b, k)
+    check_per_channel_scale(name, scale_b, n)
+    check_out_dtype_and_bias(name, out_dtype, bias, n, OUT_DTYPES)
+    check_one_device(name, x=x, b=b, scale_b=scale_b, bias=bias)
 
 
 def _run(kind: str, x_view, b, scale_b, out_dtype, bias, config, m: int):
@@ -216,7 +195,7 @@ def silu_and_mul_w8a16_linear(
     """
     name = "silu_and_mul_w8a16_linear"
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in X_DTYPES or x.shape[1] % 2:
-        raise ValueError(f"{name}: x must be a 2-D [M, 2 d] bfloat16/float16 tensor; got {_describe(x)}")
+        raise ValueError(f"{name}: x must be a 2-D [M, 2 d] bfloat16/float16 tensor; got {describe(x)}")
     d = x.shape[1] // 2
     _check(name, x, d, b, scale_b, out_dtype, bias)
     x = x if x.stride(1) == 1 else x.contiguous()
@@ -236,7 +215,7 @@ def w8a16_linear(
     launch. Arguments as :func:`silu_and_mul_w8a16_linear` with ``x`` ``[M, K]`` and ``b`` ``[K, N]``."""
     name = "w8a16_linear"
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in X_DTYPES:
-        raise ValueError(f"{name}: x must be a 2-D [M, K] bfloat16/float16 tensor; got {_describe(x)}")
+        raise ValueError(f"{name}: x must be a 2-D [M, K] bfloat16/float16 tensor; got {describe(x)}")
     _check(name, x, x.shape[1], b, scale_b, out_dtype, bias)
     x = x if x.stride(1) == 1 else x.contiguous()
     return _run("plain", x, b, scale_b, out_dtype, bias, config, x.shape[0])
