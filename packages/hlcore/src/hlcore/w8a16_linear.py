@@ -43,11 +43,8 @@ from hlcore.arg_checks import (
     describe,
 )
 from hlcore.helion_compat import config_kernel
-from hlcore.norm_linear import CPU_FP32_DOT
+from hlcore.norm_linear import CPU_FP32_DOT, OUT_DTYPES, X_DTYPES
 
-FP8_DTYPE = torch.float8_e4m3fn
-X_DTYPES = (torch.bfloat16, torch.float16)
-OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DEFAULT_CONFIG = {
     "block_sizes": [16, 64, 128],
     "split_k": 1,
