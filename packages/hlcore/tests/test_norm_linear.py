@@ -151,6 +151,10 @@ def test_bad_input_names_the_tensor(change, message):
 def test_config_from_scaled_mm_appends_the_statistics_tile():
     gemm = {"block_sizes": [16, 64, 128], "split_k": 4, "num_warps": 4}
     assert config_from_scaled_mm(gemm) == {**gemm, "block_sizes": [16, 64, 128, 512]}
+    import helion  # a helion.Config and JSON text are taken as well (hlcore.aux_configs.config_json)
+
+    assert config_from_scaled_mm(helion.Config(**gemm), 256)["block_sizes"] == [16, 64, 128, 256]
+    assert config_from_scaled_mm('{"block_sizes": [32, 64, 128]}')["block_sizes"] == [32, 64, 128, 512]
 
 
 # --------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from hlcore.arg_checks import (
     check_per_channel_scale,
     describe,
 )
+from hlcore.aux_configs import config_json
 from hlcore.helion_compat import config_kernel
 from hlcore.norm import rms_weighted_rows
 from hlcore.quant import FP8_MAX, FP8_MIN_SCALE
@@ -251,9 +252,9 @@ def _check(x, residual, norm_weight, b, scale_b, out_dtype, bias) -> None:
 
 
 def config_from_scaled_mm(config: Any, stats_block_k: int = 512) -> dict:
-    """This kernel's config from a ``scaled_mm`` fp8_dynamic config (dict or JSON): the GEMM's knobs
-    as they are, ``stats_block_k`` appended as the statistics passes' K tile."""
-    cfg = dict(json.loads(config) if isinstance(config, str) else config)
+    """This kernel's config from a ``scaled_mm`` fp8_dynamic config (``helion.Config``, dict or JSON):
+    the GEMM's knobs as they are, ``stats_block_k`` appended as the statistics passes' K tile."""
+    cfg = json.loads(config_json(config, "rms_norm_linear"))
     cfg["block_sizes"] = [*list(cfg.get("block_sizes", [16, 64, 128]))[:3], stats_block_k]
     return cfg
 
@@ -309,7 +310,7 @@ def _launch(activation, x, norm_weight, eps, b, scale_b, residual, out_dtype, bi
     x = x if x.stride(1) == 1 else x.contiguous()
     if residual is not None and residual.stride(1) != 1:
         residual = residual.contiguous()
-    cfg = dict(json.loads(config) if isinstance(config, str) else (config or DEFAULT_CONFIG))
+    cfg = json.loads(config_json(DEFAULT_CONFIG if config is None else config, "rms_norm_linear"))
     if len(cfg.get("block_sizes", [])) == 3:
         cfg = config_from_scaled_mm(cfg)
     text = json.dumps(cfg, sort_keys=True)

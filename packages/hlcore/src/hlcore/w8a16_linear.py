@@ -27,7 +27,6 @@ kernel": candidates measured by ``lab/scripts/norm_linear_bench.py``, not used b
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 import helion
@@ -42,6 +41,7 @@ from hlcore.arg_checks import (
     check_per_channel_scale,
     describe,
 )
+from hlcore.aux_configs import config_json
 from hlcore.helion_compat import config_kernel
 from hlcore.norm_linear import CPU_FP32_DOT, OUT_DTYPES, X_DTYPES
 
@@ -163,8 +163,7 @@ def _run(kind: str, x_view, b, scale_b, out_dtype, bias, config, m: int):
     n = b.shape[1]
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=b.device)
-    cfg = dict(json.loads(config) if isinstance(config, str) else (config or DEFAULT_CONFIG))
-    text = json.dumps(cfg, sort_keys=True)
+    text = config_json(DEFAULT_CONFIG if config is None else config, f"{kind} w8a16_linear")
     dot_dtype = torch.float32 if CPU_FP32_DOT else x_view.dtype
     return _kernel_for(kind, text)(x_view, b.t(), scale_b.reshape(n, 1), bias, out_dtype, dot_dtype)
 

@@ -113,6 +113,7 @@ class GridSearch:
     compile: Compiler
     top: int = TOP
     _groups: dict[tuple, list[int]] = field(default_factory=dict, init=False)
+    _search_m: dict[tuple, int] = field(default_factory=dict, init=False)
     _spaces: dict[tuple, list[Config]] = field(default_factory=dict, init=False)
     _picks: dict[tuple, KeyPick] = field(default_factory=dict, init=False)
     _compiled: bool = field(default=False, init=False)
@@ -120,15 +121,17 @@ class GridSearch:
     def __post_init__(self) -> None:
         for fmt, n, k, m in self.keys:
             self._groups.setdefault((fmt, n, k, bucket_of(m)), []).append(m)
-        for (fmt, n, k, bucket), ms in self._groups.items():
-            self._spaces[(fmt, n, k, bucket)] = search_space(fmt, max(max(bucket), *ms), n, k)
+        for group, ms in self._groups.items():
+            fmt, n, k, bucket = group
+            self._search_m[group] = max(max(bucket), *ms)
+            self._spaces[group] = search_space(fmt, self._search_m[group], n, k)
 
     def _compile_all(self) -> None:
         from hlcore.scaled_mm_config import default_scaled_mm_config
 
         jobs: dict[tuple, tuple] = {}
         for (fmt, n, k, bucket), space in self._spaces.items():
-            ms = tuple(sorted(set(self._groups[(fmt, n, k, bucket)]) | {max(bucket)}))
+            ms = tuple(sorted(set(self._groups[(fmt, n, k, bucket)]) | {self._search_m[(fmt, n, k, bucket)]}))
             for config in space:
                 jobs.setdefault((fmt, n, k, _key(config)), (fmt, n, k, ms, config))
             for m in ms:  # each M's own heuristic config, timed beside the top ones
@@ -147,8 +150,7 @@ class GridSearch:
         if not self._compiled:
             self._compile_all()
         space = self._spaces[group]
-        search_m = max(max(group[3]), *self._groups[group])
-        times = self.time(fmt, search_m, n, k, space)
+        times = self.time(fmt, self._search_m[group], n, k, space)
         ranked = [
             c for t, c in sorted(zip(times, space, strict=True), key=lambda x: x[0]) if math.isfinite(t)
         ]
