@@ -154,3 +154,40 @@ def test_cli_grid_is_one_gpu_only(extra):
     result = runner.invoke(app, ["autotune", "--model", "qwen3-1.7b", "--effort", "grid", *extra])
     assert result.exit_code == 2
     assert "grid runs on one GPU" in result.output
+
+
+def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
+    """``hltools autotune --effort grid`` with a fake GPU: the search (and its one compile) covers the
+    keys the output file does not hold yet; a rerun searches nothing."""
+    tiny = {"hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 4}
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps({**tiny, "head_dim": 64}))
+    out = tmp_path / "out"
+    timer, compiler, searches = CostModel(), Recorder(), []
+    real = gs.GridSearch
+
+    def recording_search(keys, **kw):
+        searches.append(sorted(keys))
+        return real(keys, **kw)
+
+    def check(key, config, options):
+        return at.CheckResult(True, config, rel_err=1e-3, helion_us=9.0, default_us=10.0, fallback_us=11.0)
+
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", None, check))
+    monkeypatch.setattr(gs, "gpu_timer", lambda max_m, seed=0: timer)
+    monkeypatch.setattr(gs, "parallel_compiler", lambda workers=None, on_done=None: compiler)
+    monkeypatch.setattr(gs, "GridSearch", recording_search)
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+
+    def run(num_tokens):
+        args = ["autotune", "--model", str(model), "--formats", "fp8_dynamic", "--effort", "grid"]
+        return runner.invoke(app, [*args, "--num-tokens", num_tokens, "--output", str(out)])
+
+    result = run("1")
+    assert result.exit_code == 0, result.output
+    assert "3 tuned, 0 skipped" in result.output  # qkv = gate_up (768, 256), o (256, 256), down (256, 384)
+    assert len(searches) == 1 and len(searches[0]) == 3 and len(compiler.jobs) == 1
+    result = run("1,4")
+    assert result.exit_code == 0, result.output
+    assert "3 tuned, 3 skipped" in result.output
+    assert [m for *_, m in searches[1]] == [4, 4, 4]  # only the new M was searched

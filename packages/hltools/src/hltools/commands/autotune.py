@@ -153,20 +153,20 @@ def autotune(
     output = output if output is not None else _default_output()
     command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes)
     gpu_name, tune, check = backend
-    if effort == Effort.grid:
-        if ray is not None or len(_local_gpus(gpus)) > 1:
-            raise typer.BadParameter(
-                "grid runs on one GPU (not with --gpus > 1 or --ray)", param_hint="--effort"
-            )
-        tune = _grid_tuner(keys, seed)
     path = at.output_path(output, gpu_name)
+    if effort == Effort.grid:  # searched (and compiled) for the keys still to tune only
+        try:
+            done = set() if force else at.done_keys(at.load_existing(path))
+        except at.AutotuneError:  # a corrupt file: the run itself reports it
+            done = set()
+        tune = _grid_tuner([k for k in keys if tuple(sorted(k.key.items())) not in done] or keys, seed)
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
     at.apply_benchmark_env()
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
     options = at.TuneOptions(effort=effort.value, seed=seed)
-    gpu_ids = _local_gpus(1 if effort == Effort.grid else gpus)
+    gpu_ids = [] if effort == Effort.grid else _local_gpus(gpus)  # grid: this process, one GPU
     if len(gpu_ids) > 1:
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
     else:
