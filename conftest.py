@@ -47,15 +47,26 @@ def interpret_mode() -> str:
     return "helion" if os.environ.get("HELION_INTERPRET") == "1" else "triton"
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: it may select on the ``hlcore`` mark
 def pytest_collection_modifyitems(config, items):
+    """Marks every test under ``packages/hlcore`` ``hlcore`` (``nox -s tests`` runs those in both CPU
+    modes, the others once); skips ``gpu`` tests without a CUDA GPU, and ``triton_interpret`` tests in
+    Helion's eager mode."""
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (nox -s gpu_tests)")
+    hlcore_tests = os.path.join(os.path.dirname(__file__), "packages", "hlcore", "tests")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if str(item.path).startswith(hlcore_tests + os.sep):
+            item.add_marker(pytest.mark.hlcore)
+    skips = []
+    if not torch.cuda.is_available():
+        skips.append(("gpu", "needs a CUDA GPU (nox -s gpu_tests)"))
+    if interpret_mode() == "helion":
+        skips.append(("triton_interpret", "needs Triton's interpreter (HL_TEST_INTERPRET=triton)"))
+    for mark, reason in skips:
+        for item in items:
+            if mark in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def pytest_runtest_logreport(report):

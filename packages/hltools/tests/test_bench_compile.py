@@ -1,5 +1,7 @@
 """hltools.bench_compile on the CPU: the compile jobs of a benchmark's shapes, and one run here."""
 
+import pytest
+
 from hltools import bench, bench_compile
 from hltools.bench import BenchShape
 
@@ -26,6 +28,7 @@ def test_compile_jobs_group_by_config():
     assert all(j.kind == "helion" for j in no_dg)
 
 
+@pytest.mark.triton_interpret  # compiles generated code (W8A8_INT8 among the jobs)
 def test_compile_job_runs_helion_on_the_cpu():
     shape = BenchShape("t", "w8a8_int8", "o", 32, 128, (1, 3))
     (job,) = bench_compile.compile_jobs([shape])

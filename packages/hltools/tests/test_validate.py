@@ -223,6 +223,7 @@ def test_cross_check_tolerance():
     assert cross_check_tolerance(torch.float16) == 1.5e-2
 
 
+@pytest.mark.triton_interpret  # int8: no CPU int8 matmul in Helion's eager mode; block: exact there
 @pytest.mark.parametrize("fmt", ["w8a8_int8", "block_fp8"])
 def test_validate_layer_formats_against_reference(fmt):
     """Each format's rows are checked against that format's fp32 reference (partial 128-blocks: K=192)."""
@@ -233,6 +234,7 @@ def test_validate_layer_formats_against_reference(fmt):
     assert all(r.passed and 0 < r.rel_err <= r.tolerance for r in rows), [r.to_dict() for r in rows]
 
 
+@pytest.mark.triton_interpret  # W8A8_INT8 rows: no CPU int8 matmul in Helion's eager mode
 def test_formats_option(tiny_config, tmp_path):
     out = tmp_path / "rows.json"
     args = ["validate", "--model", str(tiny_config), "--num-tokens", "2", "--cpu-scale", "4"]

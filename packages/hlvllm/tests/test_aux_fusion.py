@@ -210,9 +210,6 @@ def test_pass_fuses_int8_pairs(ops):
     torch.testing.assert_close(got[6], want[6], rtol=2.0**-7, atol=0)
 
 
-@pytest.mark.skipif(
-    __import__("os").environ.get("HELION_INTERPRET") == "1", reason="one CPU mode is enough (~30 s compile)"
-)
 def test_pass_inside_inductor_fuses_and_keeps_the_result(ops):
     """The pass as Inductor's post-grad custom pass (where vLLM's pass manager runs it) on a real
     ``torch.compile`` of norm -> view -> quant: the compiled graph calls the fused op, and its results

@@ -54,6 +54,7 @@ def test_int8_can_implement_reasons(hl_env, graphs_on_config):
     assert not ok and "CUDA graphs are off" in reason
 
 
+@pytest.mark.triton_interpret  # no CPU int8 matmul in Helion's eager mode
 @pytest.mark.parametrize("m,aux", [(1, "all"), (5, "all"), (40, "all"), (1, None), (40, None)])
 def test_int8_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, aux):
     """A W8A8 int8 layer processed by CUTLASS's weight code, applied through the Helion kernel (M <= 32)

@@ -147,10 +147,6 @@ def test_kernels_split_vllms_compile_ranges_at_max_helion_size(cuda_like, graphs
     assert not add_compile_range_endpoint(graphs_on_config, 1)
 
 
-@pytest.mark.skipif(
-    __import__("os").environ.get("HELION_INTERPRET") == "1",
-    reason="one CPU mode is enough (Inductor compile)",
-)
 def test_compiled_graph_above_the_threshold_calls_vllms_op_and_no_frame_of_ours(ops):
     """The pass as Inductor's post-grad pass (where vLLM's pass manager runs it) in the range above
     max_helion_size, on a ``torch.compile`` with dynamic M: the generated code calls

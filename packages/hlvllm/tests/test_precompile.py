@@ -219,6 +219,7 @@ def test_setting_is_validated(hl_env):
     assert get_settings().precompile_processes == 4
 
 
+@pytest.mark.triton_interpret  # the workers compile generated code
 def test_worker_processes_get_every_helion_size_and_the_first_call_waits(op, hl_env, tmp_path, caplog):
     """HL_PRECOMPILE_PROCESSES: the registered shape's Helion GEMM at every capture size <= 32,
     recorded without launching, goes to the worker pool (a fake here that runs the jobs in this
