@@ -157,6 +157,48 @@ def test_config_from_scaled_mm_appends_the_statistics_tile():
     assert config_from_scaled_mm('{"block_sizes": [32, 64, 128]}')["block_sizes"] == [32, 64, 128, 512]
 
 
+@pytest.mark.skipif(os.environ.get("HELION_INTERPRET") == "1", reason="reads Helion's generated code")
+@pytest.mark.parametrize("activation", ["fp8", "w8a16"])
+def test_each_block_size_tiles_the_loop_it_names(activation, monkeypatch):
+    """block_sizes = [block_m, block_n, block_k, stats_block_k] as documented, whatever order Helion
+    numbers them in: in the code of the config the public call launches, the statistics loops over
+    the whole row step by stats_block_k and the GEMM's K loop by block_k (a mix-up ran the H200 out
+    of shared memory: a 512-wide K tile, 16-wide statistics)."""
+    import re
+
+    import helion
+
+    from hlcore import norm_linear
+
+    class Launched(Exception):
+        pass
+
+    launched = []
+
+    def kernel_for(act, text):
+        launched.append(text)
+        raise Launched  # the config is what this test reads; the kernel's results, the others
+
+    monkeypatch.setattr(norm_linear, "_kernel_for", kernel_for)
+    m, n, k = 3, 64, 512
+    x, residual, norm_weight, b, scale_b, _ = _inputs(m, n, k, seed=2)
+    fn = rms_norm_fp8_linear if activation == "fp8" else rms_norm_w8a16_linear
+    config = {"block_sizes": [16, 32, 64, 256], "split_k": 2, "swap_ab": False}
+    with pytest.raises(Launched):
+        fn(x, norm_weight, EPS, b, scale_b, residual, config=config)
+    helion_config = helion.Config.from_json(launched[-1])
+    args = [x, residual, norm_weight, EPS, b.t(), scale_b.reshape(n, 1), None, torch.bfloat16]
+    if activation == "w8a16":
+        args.append(torch.float32)
+    body = norm_linear._BODIES[activation]
+    code = helion.kernel(body, configs=[helion_config]).bind(tuple(args)).to_triton_code(helion_config)
+    sizes = {name: int(v) for name, v in re.findall(r"(_BLOCK_SIZE_\d+) = tl.constexpr\((\d+)\)", code)}
+    loops = re.findall(r"tl\.range\((.*), (_BLOCK_SIZE_\d+)\)", code)  # (start, end; step)
+    row_loops = {sizes[step] for bounds, step in loops if bounds == f"0, {k}"}
+    chunk_loops = {sizes[step] for bounds, step in loops if bounds != f"0, {k}"}
+    assert row_loops == {256} and chunk_loops == {64}, (loops, sizes)
+
+
 # --------------------------------------------------------------------------------------------
 # rms_norm_w8a16_linear: the activation kept in bf16 (no quantization)
 # --------------------------------------------------------------------------------------------

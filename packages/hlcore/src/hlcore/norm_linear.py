@@ -259,6 +259,15 @@ def config_from_scaled_mm(config: Any, stats_block_k: int = 512) -> dict:
     return cfg
 
 
+def _in_helion_order(cfg: dict) -> dict:
+    """``cfg`` with its ``block_sizes`` in the order Helion numbers the kernels' block sizes: the
+    statistics tile is registered (``hl.register_block_size``) before the tile loop creates
+    block_m, block_n and block_k, so Helion reads ``[stats_block_k, block_m, block_n, block_k]``;
+    the documented order puts the GEMM's three first, as in ``scaled_mm``."""
+    block_m, block_n, block_k, stats_block_k = cfg["block_sizes"]
+    return {**cfg, "block_sizes": [stats_block_k, block_m, block_n, block_k]}
+
+
 def rms_norm_fp8_linear(
     x: torch.Tensor,
     norm_weight: torch.Tensor,
@@ -313,7 +322,7 @@ def _launch(activation, x, norm_weight, eps, b, scale_b, residual, out_dtype, bi
     cfg = json.loads(config_json(DEFAULT_CONFIG if config is None else config, "rms_norm_linear"))
     if len(cfg.get("block_sizes", [])) == 3:
         cfg = config_from_scaled_mm(cfg)
-    text = json.dumps(cfg, sort_keys=True)
+    text = json.dumps(_in_helion_order(cfg), sort_keys=True)
     args = [x, residual, norm_weight, float(eps), b.t(), scale_b.reshape(n, 1), bias, out_dtype]
     if activation == "w8a16":
         args.append(torch.float32 if CPU_FP32_DOT else x.dtype)
