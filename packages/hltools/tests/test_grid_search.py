@@ -96,6 +96,13 @@ def test_every_candidate_is_compiled_once_before_anything_is_timed():
     for _ in KEYS:
         search.pick(*_[:3], _[3])
     assert len(compiler.jobs) == 1
+    # every (config, M) timed was compiled at that M: a config shared by two buckets (same tiles at
+    # M <= 8 and at 16) gets the Ms of both, or its first timing at the other compiles it uncounted
+    compiled_ms = {_key(c): set(ms) for _, _, _, ms, c in jobs}
+    timed = {(key, m) for _, m, _, _, keys in timer.calls for key in keys}
+    assert all(m in compiled_ms[key] for key, m in timed), sorted(
+        (m, key) for key, m in timed if m not in compiled_ms[key]
+    )[:3]
 
 
 def test_one_search_per_bucket_then_each_m_with_the_top_and_its_heuristic():

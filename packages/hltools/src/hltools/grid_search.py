@@ -129,15 +129,18 @@ class GridSearch:
     def _compile_all(self) -> None:
         from hlcore.scaled_mm_config import default_scaled_mm_config
 
-        jobs: dict[tuple, tuple] = {}
+        # (fmt, N, K, config) -> (config, every M it is timed at): a config of several groups (the
+        # same tiles at M <= 8 and at 16) is compiled for the Ms of all of them, or its first
+        # timing at another M compiles it in this process, uncounted (~50 s per shape on the H200)
+        jobs: dict[tuple, tuple[Config, set[int]]] = {}
         for (fmt, n, k, bucket), space in self._spaces.items():
-            ms = tuple(sorted(set(self._groups[(fmt, n, k, bucket)]) | {self._search_m[(fmt, n, k, bucket)]}))
+            ms = set(self._groups[(fmt, n, k, bucket)]) | {self._search_m[(fmt, n, k, bucket)]}
             for config in space:
-                jobs.setdefault((fmt, n, k, _key(config)), (fmt, n, k, ms, config))
+                jobs.setdefault((fmt, n, k, _key(config)), (config, set()))[1].update(ms)
             for m in ms:  # each M's own heuristic config, timed beside the top ones
                 h = default_scaled_mm_config(m, n, k)
-                jobs.setdefault((fmt, n, k, _key(h)), (fmt, n, k, (m,), h))
-        self.compile(list(jobs.values()))
+                jobs.setdefault((fmt, n, k, _key(h)), (h, set()))[1].add(m)
+        self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
         self._compiled = True
 
     def pick(self, fmt: str, n: int, k: int, m: int) -> KeyPick:
