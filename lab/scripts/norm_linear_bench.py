@@ -23,7 +23,8 @@ Every Helion GEMM uses the shipped config of its (fp8_dynamic, M, N, K). Each va
 checked against the fp32 reference of the FP8_Dynamic chain first (``<variant>_err``; w8a16 also
 against its own unquantized reference, ``w8a16_err_unquantized``). The last table weighs each layer
 once per decoder layer (36): a decode step's linear layers with their producers. Usage (GPU
-machine): ``python3 lab/scripts/norm_linear_bench.py``; writes ``$OUT/norm_linear_bench.json``.
+machine): ``python3 lab/scripts/norm_linear_bench.py [--layers qkv,gate_up]``; writes
+``$OUT/norm_linear_bench-<layers>.json`` (a table over several files: their rows together).
 """
 
 from __future__ import annotations
@@ -148,13 +149,18 @@ def _case(layer: str, m: int, k: int, norm_w, w_q, scale_b, cfg):
 
 
 def main() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", default=",".join(SHAPES), help="comma list of " + ", ".join(SHAPES))
+    layers = p.parse_args().layers.split(",")
     from hlcore.formats import get_format
     from hlcore.scaled_mm_config import pick_scaled_mm_config
     from hlcore.testing import rel_error
     from hlcore.timing import copies_for, time_graph
 
     rows = []
-    for layer, (n, k) in SHAPES.items():
+    for layer, (n, k) in ((name, SHAPES[name]) for name in layers):
         gen = torch.Generator().manual_seed(n + k)
         w_q, scale_b = get_format("fp8_dynamic").quantize_weight(
             (torch.randn((n, k), generator=gen) * 0.05).to(torch.bfloat16)
@@ -184,7 +190,7 @@ def main() -> None:
         del copies
         torch.cuda.empty_cache()
     out_dir = os.environ.get("OUT", ".")
-    with open(os.path.join(out_dir, "norm_linear_bench.json"), "w") as f:
+    with open(os.path.join(out_dir, f"norm_linear_bench-{'-'.join(layers)}.json"), "w") as f:
         json.dump({"rows": rows}, f, indent=1)
     _table(rows)
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU runs planned after 2026-12-02 evening, in phases of < 600 s (one device call each), in
+# order of priority (a session of 1,800 s holds about three after the bundle's three part calls):
+#   NLa  issue 22's first candidate again, its block sizes fixed (8164901; every launch ran out of
+#        shared memory on 2026-12-02 evening): lab/scripts/norm_linear_bench.py on the norm-fed
+#        layers (qkv, gate_up): vLLM's two kernels, hlcore's two, the fused FP8 kernel with a 512 /
+#        1,024 statistics tile, W8A16 (a whole phase: the evening's 300 s lane ended after two layers)
+#   T    issue 23's grid search again (Qwen3-8B FP8_Dynamic, 28 keys): the wall time with the compile
+#        fix (9d0e035; the evening took 406 s, ~200 s of it that bug) against the issue's 5 minutes
+#   SC2  issue 20's cold start with the worker-process precompile, a second pair, TTFT sampled only
+#        after both engines idled 15 s (the evening sampled the on engine within a second of its
+#        start), 10 pairs, then both restarted warm
+#   NLb  the same bench on o and down (W8A16 against vLLM's quant + CUTLASS)
+#   N, P, S2   as in 2026-12-09.sh (FP8 end to end on the nine-process marks; DeepGEMM prewarm and a
+#        Block_FP8 TTFT pair)
+# Before sending: `python lab/scripts/smem_probe.py` on the CPU (every fused config must fit the
+# H200's shared memory; 28-86 KB at 8164901).
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-12.sh NLa|T|SC2|NLb|N|P|S2
+set -u
+phase=$1
+here=$(dirname "$0")
+case $phase in NL? | SC2) ;; T) exec bash "$here/2026-12-11.sh" T ;; *) exec bash "$here/2026-12-09.sh" "$phase" ;; esac
+source "$here/phase-lib.sh"
+phase_begin
+export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
+case $phase in
+NLa | NLb)
+    layers=qkv,gate_up
+    [ "$phase" = NLb ] && layers=o,down
+    OUT=$O run norm-linear-bench python3 lab/scripts/norm_linear_bench.py --layers $layers
+    tail -9 "$O/norm-linear-bench.log"
+    ;;
+SC2)
+    run startup-cold-SC2 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
+        --out "$O/fp8_dynamic" --repeats 10 --settle 15 --warm --on-env HL_PRECOMPILE_PROCESSES=8
+    sed -n '/^qwen3-8b/,$p' "$O/startup-cold-SC2.log" | head -12
+    grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-cold-SC2.log" | cut -c1-300
+    grep -hE "Dynamo bytecode|Compiling a graph|Graph capturing finished|init engine|precompile" \
+        "$O/startup-cold-SC2.log" | cut -c1-160
+    ;;
+esac
+phase_end
