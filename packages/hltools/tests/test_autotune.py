@@ -322,3 +322,33 @@ def test_cli_refuses_a_file_from_another_helion_without_force(tmp_path, monkeypa
         len(tuner.calls) == 3
         and cs.read_config_file(path).metadata["helion"] == cs.installed_helion_version()
     )
+
+
+def test_step_table_weighs_each_layer_of_a_decoder_layer_once(tmp_path):
+    """The decode-step table adds each layer's time once per (format, TP, M) (a key shared by two
+    layers counts twice), takes vLLM's time on fallback keys for ``dispatched``, and leaves out a
+    (format, TP, M) with a layer not timed in this run."""
+    from pathlib import Path
+
+    def status(n, m, layers, helion, default, vllm, fallback=False):
+        key = at.TuneKey("fp8_dynamic", n, 4096, m, tuple(layers))
+        result = at.CheckResult(True, {}, 0.001, helion, default, vllm, "cutlass", fallback)
+        return at.KeyStatus(key, "tuned", 1.0, result)
+
+    summary = at.RunSummary(Path(tmp_path / "f.json"))
+    summary.statuses = [
+        status(6144, 1, ["qkv tp1"], 10.0, 11.0, 12.0),
+        status(4096, 1, ["o tp1", "qkv tp2"], 8.0, 8.0, 7.0, fallback=True),
+        status(4096, 2, ["o tp1"], 8.0, 9.0, 9.0),  # M=2 has no qkv timing: no row
+        at.KeyStatus(at.TuneKey("fp8_dynamic", 6144, 4096, 2, ("qkv tp1",)), "skipped"),
+    ]
+    table = at.step_table(summary)
+    rows = {(r[1], r[2]): r for r in table.rows}
+    assert set(rows) == {("tp1", "1"), ("tp2", "1")}
+    fmt, tp, m, tuned, heuristic, vllm, gain, dispatched, per_key = rows[("tp1", "1")]
+    assert (tuned, heuristic, vllm) == ("18.0", "19.0", "19.0")
+    assert gain == f"{19 / 18:.3f}"
+    assert dispatched == f"{19 / (10 + 7):.3f}"  # o is marked fallback: vLLM's 7 µs dispatched
+    assert per_key == f"{((11 / 10) * (8 / 8)) ** 0.5:.3f}"
+    assert rows[("tp2", "1")][3:6] == ["8.0", "8.0", "7.0"]
+    assert at.step_table(at.RunSummary(Path(tmp_path / "g.json"))) is None

@@ -199,6 +199,9 @@ def _report(out: Console, summary, command: str) -> None:
     from hltools import autotune as at
 
     out.print(at.summary_table(summary).rich())
+    step = at.step_table(summary)
+    if step is not None:
+        out.print(step.rich())
     counts = ", ".join(f"{summary.count(c)} {c}" for c in ("tuned", "skipped", "failed", "not run"))
     out.print(f"{counts} -> {summary.path}", style="bold red" if summary.failed else "bold green")
     if summary.count("not run"):
