@@ -177,7 +177,7 @@ def test_each_block_size_tiles_the_loop_it_names(activation, monkeypatch):
 
     def kernel_for(act, text):
         launched.append(text)
-        raise Launched  # the config is what this test reads; the kernel's results, the others
+        raise Launched  # this test reads the launched config; the others check the results
 
     monkeypatch.setattr(norm_linear, "_kernel_for", kernel_for)
     m, n, k = 3, 64, 512
