@@ -11,16 +11,20 @@
 #        after both engines idled 15 s (the evening sampled the on engine within a second of its
 #        start), 10 pairs, then both restarted warm
 #   NLb  the same bench on o and down (W8A16 against vLLM's quant + CUTLASS)
+#   TU   issue 23's model outside the shipped file: Qwen2.5-7B FP8_Dynamic grid-tuned (28 keys), then
+#        bench kernels side by side with vLLM's kernel twice: the shipped file's nearest configs (what
+#        an untuned user gets) and the tuned file (HL_CONFIG_DIR); the time-weighted comparison on
+#        the CPU afterwards from the two kernels.json
 #   N, P, S2   as in 2026-12-09.sh (FP8 end to end on the nine-process marks; DeepGEMM prewarm and a
 #        Block_FP8 TTFT pair)
 # Before sending: `python lab/scripts/smem_probe.py` on the CPU (every fused config must fit the
 # H200's shared memory; 28-86 KB at 8164901).
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-12.sh NLa|T|SC2|NLb|N|P|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-12.sh NLa|T|SC2|NLb|TU|N|P|S2
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in NL? | SC2) ;; T) exec bash "$here/2026-12-11.sh" T ;; *) exec bash "$here/2026-12-09.sh" "$phase" ;; esac
+case $phase in NL? | SC2 | TU) ;; T) exec bash "$here/2026-12-11.sh" T ;; *) exec bash "$here/2026-12-09.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
@@ -38,6 +42,21 @@ SC2)
     grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-cold-SC2.log" | cut -c1-300
     grep -hE "Dynamo bytecode|Compiling a graph|Graph capturing finished|init engine|precompile" \
         "$O/startup-cold-SC2.log" | cut -c1-160
+    ;;
+TU)
+    mkdir -p "$O/qwen2.5-7b"  # Qwen/Qwen2.5-7B-Instruct's config.json, the fields hltools reads
+    echo '{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+"intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
+"num_hidden_layers": 28, "vocab_size": 152064, "torch_dtype": "bfloat16"}' >"$O/qwen2.5-7b/config.json"
+    run grid-q25-7b 330 python3 -m hltools autotune --model "$O/qwen2.5-7b/config.json" \
+        --formats fp8_dynamic --effort grid --output "$O/grid"
+    tail -14 "$O/grid-q25-7b.log"
+    run kb-nearest 100 python3 -m hltools bench kernels --model "$O/qwen2.5-7b/config.json" \
+        --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 --output "$O/kb-nearest"
+    HL_CONFIG_DIR="$O/grid" run kb-tuned 100 python3 -m hltools bench kernels \
+        --model "$O/qwen2.5-7b/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
+        --output "$O/kb-tuned"
+    tail -2 "$O/kb-nearest.log" "$O/kb-tuned.log"
     ;;
 esac
 phase_end
