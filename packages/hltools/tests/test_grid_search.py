@@ -53,8 +53,9 @@ class CostModel:
     """Fake GPU: a config's time is a smooth function of its knobs and M; ``broken`` configs fail
     (inf). Records every call."""
 
-    def __init__(self, broken=(), heuristic_bonus=0.0):
+    def __init__(self, broken=(), heuristic_bonus=0.0, knob_bonus=None):
         self.calls, self.broken, self.heuristic_bonus = [], {_key(c) for c in broken}, heuristic_bonus
+        self.knob_bonus = knob_bonus or {}  # {(knob, value): µs less}
 
     def cost(self, m, n, k, c):
         bm, bn, bk = c["block_sizes"]
@@ -62,7 +63,7 @@ class CostModel:
         t += 0.3 * (bk == 256) + 0.2 * (not c["swap_ab"]) + 0.01 * m
         if _key(c) == _key(default_scaled_mm_config(m, n, k)):
             t -= self.heuristic_bonus
-        return t
+        return t - sum(bonus for (knob, value), bonus in self.knob_bonus.items() if c.get(knob) == value)
 
     def __call__(self, fmt, m, n, k, configs):
         self.calls.append((fmt, m, n, k, [_key(c) for c in configs]))
@@ -85,7 +86,7 @@ def test_every_candidate_is_compiled_once_before_anything_is_timed():
     search = gs.GridSearch(KEYS, time=timer, compile=compiler)
     assert compiler.jobs == [] and timer.calls == []  # nothing before the first pick
     search.pick("fp8_dynamic", 6144, 4096, 1)
-    assert len(compiler.jobs) == 1  # one compile call for the whole run
+    assert len(compiler.jobs) == 2  # two compile calls for the whole run: the grids, the refinements
     jobs = compiler.jobs[0]
     compiled = {_key(c) for _, _, _, _, c in jobs}
     assert len(compiled) == len(jobs)  # each config once per (format, N, K)
@@ -95,10 +96,13 @@ def test_every_candidate_is_compiled_once_before_anything_is_timed():
         assert _key(default_scaled_mm_config(m, 6144, 4096)) in compiled
     for _ in KEYS:
         search.pick(*_[:3], _[3])
-    assert len(compiler.jobs) == 1
+    assert len(compiler.jobs) == 2
+    refined = compiler.jobs[1]  # new configs only, each the variant of some config of the grid
+    assert refined and not {_key(c) for *_, c in refined} & compiled
+    assert len({_key(c) for *_, c in refined}) == len(refined)
     # every (config, M) timed was compiled at that M: a config shared by two buckets (same tiles at
     # M <= 8 and at 16) gets the Ms of both, or its first timing at the other compiles it uncounted
-    compiled_ms = {_key(c): set(ms) for _, _, _, ms, c in jobs}
+    compiled_ms = {_key(c): set(ms) for _, _, _, ms, c in [*jobs, *refined]}
     timed = {(key, m) for _, m, _, _, keys in timer.calls for key in keys}
     assert all(m in compiled_ms[key] for key, m in timed), sorted(
         (m, key) for key, m in timed if m not in compiled_ms[key]
@@ -109,10 +113,11 @@ def test_one_search_per_bucket_then_each_m_with_the_top_and_its_heuristic():
     timer = CostModel()
     search = gs.GridSearch(KEYS, time=timer, compile=Recorder())
     picks = {m: search.pick("fp8_dynamic", 6144, 4096, m) for _, _, _, m in KEYS}
-    searches = [c for c in timer.calls if len(c[4]) > gs.TOP + 1]
+    searches = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS)]
     assert sorted(c[1] for c in searches) == [8, 16, 32]  # at each bucket's largest M
-    for m, pick in picks.items():
-        checks = [c for c in timer.calls if c[1] == m and len(c[4]) <= gs.TOP + 1]
+    for m, pick in picks.items():  # each M's check starts with its heuristic (a refinement call not)
+        heuristic = _key(default_scaled_mm_config(m, 6144, 4096))
+        checks = [c for c in timer.calls if c[1] == m and c[4][0] == heuristic and len(c[4]) <= gs.TOP + 1]
         assert len(checks) == 1
         assert checks[0][4][0] == _key(default_scaled_mm_config(m, 6144, 4096))
         expected = min(timer.cost(m, 6144, 4096, json.loads(c)) for c in checks[0][4])
@@ -164,7 +169,7 @@ def test_cli_grid_is_one_gpu_only(extra):
 
 
 def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
-    """``hltools autotune --effort grid`` with a fake GPU: the search (and its one compile) covers the
+    """``hltools autotune --effort grid`` with a fake GPU: the search (and its two compiles) covers the
     keys the output file does not hold yet; a rerun searches nothing."""
     tiny = {"hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 4}
     model = tmp_path / "config.json"
@@ -193,8 +198,27 @@ def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
     result = run("1")
     assert result.exit_code == 0, result.output
     assert "3 tuned, 0 skipped" in result.output  # qkv = gate_up (768, 256), o (256, 256), down (256, 384)
-    assert len(searches) == 1 and len(searches[0]) == 3 and len(compiler.jobs) == 1
+    assert len(searches) == 1 and len(searches[0]) == 3 and len(compiler.jobs) == 2
     result = run("1,4")
     assert result.exit_code == 0, result.output
     assert "3 tuned, 3 skipped" in result.output
     assert [m for *_, m in searches[1]] == [4, 4, 4]  # only the new M was searched
+
+
+def test_a_faster_refinement_of_the_best_grid_config_is_picked():
+    """Each group's fastest grid config is tried with each knob of REFINEMENTS alone; a variant that
+    is faster ends as the key's config, and a variant that fails is never picked."""
+    best = {"block_sizes": [16, 64, 128], "num_warps": 4, "num_stages": 4, "split_k": 8, "swap_ab": True}
+    assert gs.refinements(best) == [{**best, **r} for r in gs.REFINEMENTS]  # one knob changed each
+    assert gs.refinements(best, {_key({**best, "num_warps": 2})}) == [
+        {**best, **r} for r in gs.REFINEMENTS if r != {"num_warps": 2}
+    ]
+    timer = CostModel(
+        broken=[{**best, "indexing": "tensor_descriptor"}],
+        knob_bonus={("num_warps", 8): 0.5, ("indexing", "tensor_descriptor"): 5.0},
+    )
+    search = gs.GridSearch(KEYS[:4], time=timer, compile=Recorder())  # M 1-8: one group
+    for m in (1, 2, 4, 8):
+        pick = search.pick("fp8_dynamic", 6144, 4096, m)
+        assert pick.config == {**best, "num_warps": 8}, pick.config
+        assert pick.candidates == len(gs.search_space("fp8_dynamic", 8, 6144, 4096)) + len(gs.REFINEMENTS)

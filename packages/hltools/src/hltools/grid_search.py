@@ -9,12 +9,16 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
    ``block_m`` covers every M of the bucket).
 2. **Compile first, in parallel.** Every candidate of every group is compiled before anything is
    timed, in worker processes (``compile(jobs)``: :func:`hltools.bench_compile.precompile`, one
-   process per CPU), so timing never waits for a compiler.
-3. **Time, then check every M.** The group's candidates are timed at the search M (``time(fmt, m,
-   n, k, configs)``: CUDA-graph replay over weight copies larger than L2, the benchmarks' timer);
-   then for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed
-   at that M and the fastest is the key's config. The heuristic config is always among them, so a
-   key never ends slower than the heuristic in the measurement that chose it.
+   process per CPU), so timing never waits for a compiler (the refinements of step 3 in a second
+   batch, before they are timed).
+3. **Time, refine, then check every M.** Every group's candidates are timed at its search M
+   (``time(fmt, m, n, k, configs)``: CUDA-graph replay over weight copies larger than L2, the
+   benchmarks' timer). Then each group's fastest gets the knobs the grid fixes, one at a time
+   (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor (TMA) loads, persistent
+   programs), all groups' variants compiled in one more parallel batch and timed beside it. Then
+   for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed at
+   that M and the fastest is the key's config. The heuristic config is always among them, so a key
+   never ends slower than the heuristic in the measurement that chose it.
 
 The space (:func:`search_space`, the heuristic config first): ``block_n`` 32 / 64 / 128,
 ``block_k`` 128 / 256 (128 for block formats: one scale group per K tile), ``split_k`` 1..32 (whole
@@ -43,6 +47,14 @@ TOP = 3
 BLOCK_N = (32, 64, 128)
 BLOCK_K = (128, 256)
 SPLIT_K = (1, 2, 4, 8, 16, 32)
+#: Helion knobs the grid holds fixed, each tried alone on every group's fastest grid config.
+REFINEMENTS: tuple[dict[str, Any], ...] = (
+    {"num_warps": 2},
+    {"num_warps": 8},
+    {"num_stages": 3},
+    {"indexing": "tensor_descriptor"},
+    {"pid_type": "persistent_interleaved"},
+)
 
 Config = dict[str, Any]
 #: ``time(fmt, m, n, k, configs) -> [median µs per config]`` (``inf`` for a config that fails).
@@ -91,6 +103,17 @@ def search_space(fmt: str, m: int, n: int, k: int) -> list[Config]:
     return list(out.values())
 
 
+def refinements(config: Config, seen: set[str] = frozenset()) -> list[Config]:
+    """``config`` with each of :data:`REFINEMENTS` applied alone, less those already in ``seen``
+    (config keys as :func:`_key` writes them) and duplicates."""
+    out: dict[str, Config] = {}
+    for knob in REFINEMENTS:
+        variant = {**config, **knob}
+        if _key(variant) not in seen:
+            out.setdefault(_key(variant), variant)
+    return list(out.values())
+
+
 @dataclass
 class KeyPick:
     """The search's result for one key: the config, its time and the heuristic config's time at the
@@ -116,7 +139,8 @@ class GridSearch:
     _search_m: dict[tuple, int] = field(default_factory=dict, init=False)
     _spaces: dict[tuple, list[Config]] = field(default_factory=dict, init=False)
     _picks: dict[tuple, KeyPick] = field(default_factory=dict, init=False)
-    _compiled: bool = field(default=False, init=False)
+    _ranked: dict[tuple, list[Config]] = field(default_factory=dict, init=False)
+    _timed: dict[tuple, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for fmt, n, k, m in self.keys:
@@ -126,6 +150,9 @@ class GridSearch:
             self._search_m[group] = max(max(bucket), *ms)
             self._spaces[group] = search_space(fmt, self._search_m[group], n, k)
 
+    def _group_ms(self, group: tuple) -> set[int]:
+        return set(self._groups[group]) | {self._search_m[group]}
+
     def _compile_all(self) -> None:
         from hlcore.scaled_mm_config import default_scaled_mm_config
 
@@ -134,14 +161,43 @@ class GridSearch:
         # timing at another M compiles it in this process, uncounted (~50 s per shape on the H200)
         jobs: dict[tuple, tuple[Config, set[int]]] = {}
         for (fmt, n, k, bucket), space in self._spaces.items():
-            ms = set(self._groups[(fmt, n, k, bucket)]) | {self._search_m[(fmt, n, k, bucket)]}
+            ms = self._group_ms((fmt, n, k, bucket))
             for config in space:
                 jobs.setdefault((fmt, n, k, _key(config)), (config, set()))[1].update(ms)
             for m in ms:  # each M's own heuristic config, timed beside the top ones
                 h = default_scaled_mm_config(m, n, k)
                 jobs.setdefault((fmt, n, k, _key(h)), (h, set()))[1].add(m)
         self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
-        self._compiled = True
+
+    def _search_all(self) -> None:
+        """Stage 1 (every group's grid) and stage 2 (:data:`REFINEMENTS` of each group's fastest),
+        each compiled in one batch before it is timed; ``_ranked`` holds each group's finite-time
+        configs, fastest first."""
+        self._compile_all()
+        times: dict[tuple, list[tuple[float, Config]]] = {}
+        for group, space in self._spaces.items():
+            fmt, n, k, _ = group
+            times[group] = list(zip(self.time(fmt, self._search_m[group], n, k, space), space, strict=True))
+        variants: dict[tuple, list[Config]] = {}
+        for group, timed in times.items():
+            t, best = min(timed, key=lambda x: x[0])
+            seen = {_key(c) for c in self._spaces[group]}
+            variants[group] = refinements(best, seen) if math.isfinite(t) else []
+        jobs: dict[tuple, tuple[Config, set[int]]] = {}  # as in _compile_all: each once, all its Ms
+        for (fmt, n, k, bucket), vs in variants.items():
+            for v in vs:
+                jobs.setdefault((fmt, n, k, _key(v)), (v, set()))[1].update(
+                    self._group_ms((fmt, n, k, bucket))
+                )
+        if jobs:
+            self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
+        for group, vs in variants.items():
+            fmt, n, k, _ = group
+            if vs:
+                times[group] += zip(self.time(fmt, self._search_m[group], n, k, vs), vs, strict=True)
+            ranked = sorted(times[group], key=lambda x: x[0])
+            self._ranked[group] = [c for t, c in ranked if math.isfinite(t)]
+            self._timed[group] = len(ranked)
 
     def pick(self, fmt: str, n: int, k: int, m: int) -> KeyPick:
         """The key's config (see the module docstring)."""
@@ -150,14 +206,9 @@ class GridSearch:
         group = (fmt, n, k, bucket_of(m))
         if group not in self._groups:
             raise KeyError(f"{fmt} N={n} K={k} M={m} is not a key of this search")
-        if not self._compiled:
-            self._compile_all()
-        space = self._spaces[group]
-        times = self.time(fmt, self._search_m[group], n, k, space)
-        ranked = [
-            c for t, c in sorted(zip(times, space, strict=True), key=lambda x: x[0]) if math.isfinite(t)
-        ]
-        self._check_each_m(group, ranked[: self.top], len(space))
+        if not self._ranked:
+            self._search_all()
+        self._check_each_m(group, self._ranked[group][: self.top], self._timed[group])
         return self._picks[(fmt, n, k, m)]
 
     def _check_each_m(self, group: tuple, best: list[Config], timed: int) -> None:
