@@ -196,7 +196,7 @@ def main() -> None:
 
 
 def _table(rows: list[dict]) -> None:
-    """Per M: µs per decode step (36 layers) of the four linear layers with their producers, with
+    """Per M: µs per decode step (36 layers) of the linear layers run (``--layers``) with their producers, with
     each layer's best fused variant where it has one (``fused_best``: the lower of the FP8 fused
     kernels and w8a16 per layer; ``fp8_only``: the FP8_Dynamic fused kernel where one exists, else
     helion_two)."""
@@ -205,7 +205,7 @@ def _table(rows: list[dict]) -> None:
         return r.get(f"{name}_us", float("nan"))
 
     print(
-        "\n| M | vllm_two us/step | helion_two | w8a16 (all four layers) | fp8 fused on qkv/gate_up | w8a16 vs vllm_two | fp8 fused vs vllm_two |"
+        "\n| M | vllm_two us/step | helion_two | w8a16 (the layers run) | fp8 fused on qkv/gate_up | w8a16 vs vllm_two | fp8 fused vs vllm_two |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for m in MS:
