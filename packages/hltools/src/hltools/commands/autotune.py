@@ -154,12 +154,8 @@ def autotune(
     command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes)
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
-    if effort == Effort.grid:  # searched (and compiled) for the keys still to tune only
-        try:
-            done = set() if force else at.done_keys(at.load_existing(path))
-        except at.AutotuneError:  # a corrupt file: the run itself reports it
-            done = set()
-        tune = _grid_tuner([k for k in keys if tuple(sorted(k.key.items())) not in done] or keys, seed)
+    if effort == Effort.grid:
+        tune = _grid_tuner(_keys_to_tune(keys, path, force), seed)
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
     at.apply_benchmark_env()
@@ -173,6 +169,18 @@ def autotune(
         run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
         summary = _tune(out, keys, path, options, run)
     _report(out, summary, command)
+
+
+def _keys_to_tune(keys, path, force: bool):
+    """The keys a grid run searches (and compiles): those not yet in the output file, or all with
+    --force or when all are done (a corrupt file: the run itself reports it)."""
+    from hltools import autotune as at
+
+    try:
+        done = set() if force else at.done_keys(at.load_existing(path))
+    except at.AutotuneError:
+        done = set()
+    return [k for k in keys if tuple(sorted(k.key.items())) not in done] or keys
 
 
 def _grid_tuner(keys, seed: int):
