@@ -221,8 +221,50 @@ def test_kernel_args_match_the_kernel_signature(fmt, scale_a_shape, scale_b_shap
     d = generate_scaled_mm_inputs(5, 200, 300, fmt=fmt, device=DEVICE, with_bias=True, seed=4)
     scale_b = d["scale_b"].reshape(-1) if group_k == 0 else d["scale_b"]  # [N] is accepted too
     args = sm.kernel_args(d["a"], d["b"], d["scale_a"], scale_b, d["bias"], torch.float16, d["block_size"])
-    a, b_t, sa, sb, bias, out_dtype, g = args
+    a, b_t, sa, sb, bias, out, g = args
     assert a is d["a"] and b_t.shape == (200, 300) and b_t.is_contiguous()
     assert b_t.data_ptr() == d["b"].data_ptr()  # a view, never a copy
     assert (tuple(sa.shape), tuple(sb.shape), g) == (scale_a_shape, scale_b_shape, group_k)
-    assert bias is d["bias"] and out_dtype == torch.float16
+    assert bias is d["bias"] and out.shape == (5, 200) and out.dtype == torch.float16
+    given = torch.empty((5, 200), dtype=torch.float16, device=DEVICE)
+    assert (
+        sm.kernel_args(
+            d["a"], d["b"], d["scale_a"], scale_b, None, torch.float16, d["block_size"], out=given
+        )[5]
+        is given
+    )
+
+
+OUT_CASES = [(fmt, m, algo) for fmt in FORMAT_NAMES for m in (1, 2, 17) for algo in ((1, False), (2, True))]
+
+
+@pytest.mark.parametrize("fmt,m,algo", OUT_CASES, ids=[f"{f}-M{m}-sk{a[0]}" for f, m, a in OUT_CASES])
+def test_out_buffer_is_written_in_place(fmt, m, algo):
+    """``out=`` (the buffer of vLLM's out-variant op): every row written in place, also at M = 1
+    (Helion 1.5.0 would broadcast a passed-in [1, N] output over a tile of A's rows), rows of a
+    stride wider than N included; the same values as the allocating call (bitwise at split_k = 1)."""
+    split_k, swap_ab = algo
+    out_dtype = _out_dtype(split_k)
+    d = generate_scaled_mm_inputs(
+        m, 40, 136, fmt=fmt, device=DEVICE, out_dtype=out_dtype, with_bias=True, seed=m
+    )
+    cfg = _config(split_k, swap_ab)
+    wide = torch.full((m, 48), 7.0, dtype=out_dtype, device=DEVICE)
+    out = wide[:, :40]  # rows of stride 48
+    assert scaled_mm(**d, config=cfg, out=out) is out
+    assert bool((wide[:, 40:] == 7.0).all())  # nothing written past N
+    fresh = scaled_mm(**d, config=cfg)
+    assert rel_error(out, scaled_mm_ref(**d)) <= tolerance(fmt, out_dtype)
+    if split_k == 1:
+        assert torch.equal(out, fresh)
+
+
+def test_out_buffer_is_checked():
+    d = generate_scaled_mm_inputs(3, 40, 136, device=DEVICE)
+    for bad in (
+        torch.empty((3, 41), dtype=torch.bfloat16),
+        torch.empty((3, 40), dtype=torch.float16),
+        torch.empty((40, 3), dtype=torch.bfloat16).t(),
+    ):
+        with pytest.raises(ValueError, match=r"out must be a \[3, 40\] torch.bfloat16"):
+            scaled_mm(**d, out=bad.to(DEVICE))

@@ -98,16 +98,16 @@ def _scaled_mm_body(
     scale_a: torch.Tensor,  # fp32 [M, 1] (per token) or [M, ceil(K/g)] (group_k = g), any strides
     scale_b: torch.Tensor,  # fp32 [N, 1] (per channel) or [ceil(N/g), ceil(K/g)] (group_k = g)
     bias: torch.Tensor | None,  # [N] out dtype
-    out_dtype: torch.dtype,  # bf16/fp16/fp32
+    out: torch.Tensor,  # [M, N] bf16/fp16/fp32, row-major: written in place
     group_k: int,  # 0: per-token x per-channel scales; g (128): 1 x g / g x g block scales
 ) -> torch.Tensor:
-    m = a.size(0)
+    # The tiles run over out's rows, not A's: Helion 1.5.0 indexes a size-1 dim of a tensor that
+    # does not own the tile as a broadcast, so at M = 1 a tile over A's rows would store every row
+    # of the tile into out's one row; over out's rows, A's one row is the one broadcast (read).
+    m = out.size(0)
     k = hl.specialize(a.size(1))
     n = hl.specialize(b_t.size(0))
     group_k = hl.specialize(group_k)
-    # Allocated here (not passed in) so its rows share A's symbolic M: Helion 1.5.0 mis-broadcasts
-    # a separately passed [1, N] output when M is dynamic and equals 1.
-    out = torch.empty([m, n], dtype=out_dtype, device=a.device)
     split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
     swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
     acc_dtype = torch.int32 if a.dtype == torch.int8 else torch.float32
@@ -339,6 +339,7 @@ def scaled_mm(
     *,
     block_size: tuple[int, int] | None = None,
     config: Any = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Scaled GEMM ``out = dequant(A) @ dequant(B) (+ bias)`` with the unified Helion kernel.
 
@@ -360,14 +361,17 @@ def scaled_mm(
             block_k]`` (block_k is fixed to 128 for block_fp8), ``split_k``, ``swap_ab`` and Triton
             knobs; default :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` (the tuned config
             for this GPU and shape, else :func:`hlcore.scaled_mm_config.default_scaled_mm_config`).
+        out: optional ``[M, N]`` tensor of ``out_dtype`` with contiguous rows, written in place
+            (the buffer of vLLM's out-variant ``cutlass_scaled_mm``); default a new tensor.
 
     Returns:
-        ``[M, N]`` tensor of ``out_dtype``; M = 0 returns an empty ``[0, N]`` without a launch.
+        ``out`` (or a new ``[M, N]`` tensor of ``out_dtype``); M = 0 launches nothing.
 
     Raises:
         ValueError: a tensor has the wrong dtype, rank, shape, layout or device, ``block_size`` is
-            not (128, 128) (the message names the tensor and what is supported), or ``config``
-            fails :func:`hlcore.scaled_mm_config.check_scaled_mm_config`.
+            not (128, 128) (the message names the tensor and what is supported), ``config``
+            fails :func:`hlcore.scaled_mm_config.check_scaled_mm_config`, or ``out`` is not a
+            row-major ``[M, N]`` tensor of ``out_dtype`` on A's device.
 
     Determinism: bitwise repeatable for ``split_k == 1``; with ``split_k > 1`` the order of the
     atomic adds varies (within the tolerance of ``split_k`` output roundings).
@@ -375,26 +379,46 @@ def scaled_mm(
     fmt = check_scaled_mm_args(a, b, scale_a, scale_b, out_dtype, bias, block_size)
     m, k = a.shape
     n = b.shape[1]
+    if out is not None:
+        check_out(out, m, n, out_dtype, a.device)
     if m == 0:
-        return torch.empty((0, n), dtype=out_dtype, device=a.device)
+        return torch.empty((0, n), dtype=out_dtype, device=a.device) if out is None else out
     if a.stride(1) != 1:
         a = a.contiguous()
     if k == 1 or n == 1:  # Helion 1.5.0 compiles a size-1 dim as a broadcast (no mask): pad it
         a, b, scale_b, bias = _pad_unit_dims(a, b, scale_b, bias, block_size)
-        out = scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, block_size=block_size, config=config)
-        return out[:, :n].contiguous()
+        res = scaled_mm(a, b, scale_a, scale_b, out_dtype, bias, block_size=block_size, config=config)
+        return res[:, :n].contiguous() if out is None else out.copy_(res[:, :n])
     if config is None:  # tuned config for this GPU and shape, else the heuristic default
         from hlcore.scaled_mm_config import pick_scaled_mm_config
 
         config = pick_scaled_mm_config(fmt, m, n, k, device=a.device).config_json
     text = config_json(config, "scaled_mm")
     check_config_text(text)
-    args = kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size)
+    args = kernel_args(a, b, scale_a, scale_b, bias, out_dtype, block_size, out=out)
     jobs = kernel_pool.recorder()
     if jobs is not None:  # compiled elsewhere first (hlcore.kernel_pool.recording): no launch here
         kernel_pool.record("scaled_mm", _kernel_for(text), text, args, jobs)
-        return torch.empty((m, n), dtype=out_dtype, device=a.device)
+        return args[5]
     return _kernel_for(text)(*args)
+
+
+def check_out(out: torch.Tensor, m: int, n: int, out_dtype: torch.dtype, device: torch.device) -> None:
+    """Raise ``ValueError`` unless ``out`` is a row-major ``[m, n]`` tensor of ``out_dtype`` on ``device``
+    (rows of any stride >= n, columns contiguous: what an output buffer of vLLM's op may be)."""
+    ok = (
+        isinstance(out, torch.Tensor)
+        and tuple(out.shape) == (m, n)
+        and out.dtype == out_dtype
+        and out.device == device
+        and (n <= 1 or out.stride(1) == 1)
+        and (m <= 1 or out.stride(0) >= n)
+    )
+    if not ok:
+        raise ValueError(
+            f"scaled_mm: out must be a [{m}, {n}] {out_dtype} tensor on {device} with contiguous rows; "
+            f"got {_describe(out)}"
+        )
 
 
 def _pad_unit_dims(a, b, scale_b, bias, block_size):
@@ -423,16 +447,21 @@ def kernel_args(
     bias: torch.Tensor | None,
     out_dtype: torch.dtype,
     block_size: tuple[int, int] | None = None,
+    *,
+    out: torch.Tensor | None = None,
 ) -> tuple:
-    """The Helion kernel's arguments ``(a, b_t, scale_a, scale_b, bias, out_dtype, group_k)`` for
+    """The Helion kernel's arguments ``(a, b_t, scale_a, scale_b, bias, out, group_k)`` for
     checked :func:`scaled_mm` inputs (also what ``scaled_mm_kernel().autotune(...)`` takes):
-    per-token/channel scales reshaped to ``[M, 1]`` / ``[N, 1]``, ``group_k`` the format's group
-    size (0 for per-token/channel scales)."""
+    per-token/channel scales reshaped to ``[M, 1]`` / ``[N, 1]``, ``out`` the given output or a new
+    ``[M, N]`` tensor of ``out_dtype``, ``group_k`` the format's group size (0 for
+    per-token/channel scales)."""
     m, n = a.shape[0], b.shape[1]
+    if out is None:
+        out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     fmt = FORMATS[scaled_mm_format(a, block_size)]
     if fmt.block_size is not None:
-        return (a, b.t(), scale_a, scale_b, bias, out_dtype, fmt.group_size)
-    return (a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, out_dtype, 0)
+        return (a, b.t(), scale_a, scale_b, bias, out, fmt.group_size)
+    return (a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, out, 0)
 
 
 # --------------------------------------------------------------------------------------------
