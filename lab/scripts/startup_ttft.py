@@ -99,6 +99,36 @@ def _median_ci95(values, resamples: int = 2000) -> list[float]:
     return [meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]]
 
 
+def _decode(engines, order, vocab, args) -> dict:
+    """Per concurrency c: ``--decode-repeats`` ABBA pairs of one generate of c 32-token prompts,
+    128 output tokens each; ms per step = the generate's time / 128 (its prefill included, so the
+    on/off ratio slightly understates TPOT's)."""
+    from vllm import SamplingParams
+
+    sp = SamplingParams(max_tokens=128, temperature=0.0, ignore_eos=True, detokenize=False)
+    result = {}
+    for c in [int(x) for x in args.decode.split(",")]:
+        prompts = [
+            {"prompt_token_ids": [(11 * i + 3 * j) % (vocab - 10) + 5 for i in range(32)]} for j in range(c)
+        ]
+        for s in order:  # warm-up
+            engines[s].generate(prompts, sp, use_tqdm=False)
+        samples = {s: [] for s in order}
+        for i in range(args.decode_repeats):
+            for s in order if i % 2 == 0 else order[::-1]:
+                t0 = time.perf_counter()
+                engines[s].generate(prompts, sp, use_tqdm=False)
+                samples[s].append(1e3 * (time.perf_counter() - t0) / 128)
+        pairs = [on / off for off, on in zip(samples["off"], samples["on"], strict=True)]
+        result[c] = {
+            "step_ms": samples,
+            "median_ms": {s: statistics.median(v) for s, v in samples.items()},
+            "pair_ratio_median": statistics.median(pairs),
+            "pair_ratio_min_max": [min(pairs), max(pairs)],
+        }
+    return result
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-8b")
@@ -111,6 +141,8 @@ def main() -> int:
     p.add_argument("--warm", action="store_true")
     p.add_argument("--on-env", action="append", default=[])
     p.add_argument("--settle", type=float, default=15.0, help="seconds to wait once both are ready")
+    p.add_argument("--decode", default="", help="concurrencies for a decode timing (e.g. 1,8), ABBA")
+    p.add_argument("--decode-repeats", type=int, default=6)
     args = p.parse_args()
     args.lens = [int(x) for x in args.lens.split(",")]
     on_env = dict(kv.split("=", 1) for kv in args.on_env)
@@ -170,6 +202,7 @@ def main() -> int:
             "pair_ratio_median_ci95": _median_ci95(pairs),
         }
     result["ttft"] = ttft
+    result["decode"] = _decode(engines, order, vocab, args) if args.decode else {}
     if args.warm:
         for s in order:
             _stop(engines.pop(s))
@@ -200,6 +233,15 @@ def main() -> int:
             f"{med[b] / med[a]:.3f} | {t['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
             f"{ci[0]:.3f}-{ci[1]:.3f} | {args.repeats} |"
         )
+    if result["decode"]:
+        print(f"\n| concurrency | {a} ms/step | {b} ms/step | {b}/{a} pair ratio median (min-max) | n |")
+        print("| --- | --- | --- | --- | --- |")
+        for c, t in result["decode"].items():
+            med, mm = t["median_ms"], t["pair_ratio_min_max"]
+            print(
+                f"| {c} | {med[a]:.3f} | {med[b]:.3f} | {t['pair_ratio_median']:.3f} ({mm[0]:.3f}-{mm[1]:.3f}) | "
+                f"{args.decode_repeats} |"
+            )
     return 0
 
 

@@ -19,10 +19,16 @@ FORMATS = {"fp8_dynamic", "w8a8_int8", "block_fp8"}
 
 
 def _scripts():
-    """The newest script and those it names (``bash "$here/2026-12-09.sh" S1``: phases run from there)."""
+    """The newest script and those it names, and those they name (``bash "$here/2026-12-09.sh" S1``:
+    phases run from there)."""
     newest = max(RUNS.glob("20*.sh"))
-    named = set(re.findall(r"\b(20\d\d-\d\d-\d\d\.sh)\b", newest.read_text())) - {newest.name}
-    return [newest, *(RUNS / name for name in sorted(named))]
+    seen, todo = [newest.name], [newest]
+    while todo:
+        for name in sorted(set(re.findall(r"\b(20\d\d-\d\d-\d\d\.sh)\b", todo.pop().read_text()))):
+            if name not in seen:
+                seen.append(name)
+                todo.append(RUNS / name)
+    return [RUNS / name for name in seen]
 
 
 SCRIPTS = _scripts()

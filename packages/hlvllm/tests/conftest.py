@@ -113,3 +113,40 @@ def _fp8_layer_config(n=4096, k=4096, *, weight_key=None, act_key=None, out_dtyp
 def fp8_layer_config():
     """Factory for ``FP8ScaledMMLinearLayerConfig`` (default: per-token fp8 x per-channel fp8, 4096^2)."""
     return _fp8_layer_config
+
+
+_stand_in = []  # keeps the stand-in library alive for the whole session
+#: Calls of the stand-in (M of each), for tests that count vLLM's kernel calls.
+CUTLASS_CALLS: list[int] = []
+
+
+def per_row_scales(a, b, scale_a, scale_b):
+    """Per-tensor scales (one value) as per-token [M, 1] / per-channel [N] ones, as CUTLASS broadcasts them."""
+    if scale_a.numel() == 1:
+        scale_a = scale_a.reshape(1, 1).expand(a.shape[0], 1)
+    if scale_b.numel() == 1:
+        scale_b = scale_b.reshape(1).expand(b.shape[1])
+    return scale_a, scale_b
+
+
+@pytest.fixture(scope="session")
+def vllm_cutlass_on_cpu():
+    """``torch.ops._C.cutlass_scaled_mm`` (mutating ``out``; vLLM's schema, read from its
+    ``_C_stable_libtorch``) computing the fp32 reference on the CPU, where vLLM's CUDA ops are not
+    loaded; each call's M is appended to :data:`CUTLASS_CALLS`."""
+    from hlcore.scaled_mm import scaled_mm_ref
+
+    if not hasattr(torch.ops._C, "cutlass_scaled_mm"):
+        lib = torch.library.Library("_C", "FRAGMENT")
+        lib.define(
+            "cutlass_scaled_mm(Tensor! out, Tensor a, Tensor b, Tensor a_scales, Tensor b_scales, Tensor? bias) -> ()"
+        )
+
+        def impl(out, a, b, scale_a, scale_b, bias):
+            CUTLASS_CALLS.append(a.shape[0])
+            out.copy_(scaled_mm_ref(a, b, *per_row_scales(a, b, scale_a, scale_b), out.dtype, bias))
+
+        lib.impl("cutlass_scaled_mm", impl, "CPU")
+        lib.impl("cutlass_scaled_mm", lambda out, a, b, scale_a, scale_b, bias: None, "Meta")
+        _stand_in.append(lib)
+    yield CUTLASS_CALLS

@@ -18,24 +18,10 @@ from hlcore.scaled_mm import generate_scaled_mm_inputs, scaled_mm_ref
 from hlcore.testing import rel_error, tolerance
 
 N, K = 48, 96
-_stand_in = []  # keeps the stand-in library alive for the whole session
 
 
 @pytest.fixture(scope="module", autouse=True)
-def vllm_cutlass_on_cpu():
-    """``torch.ops._C.cutlass_scaled_mm`` (mutating ``out``) computing the fp32 reference."""
-    if not hasattr(torch.ops._C, "cutlass_scaled_mm"):
-        lib = torch.library.Library("_C", "FRAGMENT")
-        lib.define(
-            "cutlass_scaled_mm(Tensor! out, Tensor a, Tensor b, Tensor a_scales, Tensor b_scales, Tensor? bias) -> ()"
-        )
-
-        def impl(out, a, b, scale_a, scale_b, bias):
-            out.copy_(scaled_mm_ref(a, b, scale_a, scale_b, out.dtype, bias))
-
-        lib.impl("cutlass_scaled_mm", impl, "CPU")
-        lib.impl("cutlass_scaled_mm", lambda out, a, b, scale_a, scale_b, bias: None, "Meta")
-        _stand_in.append(lib)
+def _cutlass_on_cpu(vllm_cutlass_on_cpu):
     yield
 
 

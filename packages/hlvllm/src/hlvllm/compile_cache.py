@@ -11,7 +11,8 @@ written with the backend off would be replayed with it on, and the other way rou
 ``vllm.envs.environment_variables``; its getter returns :func:`compile_key`, so ``compile_factors()``
 and every key built from it change with what decides the graph vLLM traces: the backend on or off,
 the aux kernel set (which ``CustomOp`` classes are built, and the int8 kernel's quantization op),
-``HL_AUX_FUSION`` (hlvllm's graph pass; it also changes vLLM's pass-manager uuid), ``max_helion_size`` (read inside the op today, included in case that changes), hlvllm's version and
+``HL_AUX_FUSION`` (hlvllm's graph pass; it also changes vLLM's pass-manager uuid), ``HL_DISPATCH_AT``
+(hlvllm's op and compile ranges in the graph, or vLLM's graph), ``max_helion_size`` (read inside the op today, included in case that changes), hlvllm's version and
 source digest (kernel selection in ``can_implement`` is not traced), and the hlcore and helion versions.
 Not in it: ``HL_HELION_EAGER``, ``HL_DISPATCH_LOG``, ``HL_DETERMINISTIC``, ``HL_PRECOMPILE_THREADS``, ``HL_PRECOMPILE_PROCESSES``, ``HL_FUSED_QUANT`` and the tuned config files (``HL_CONFIG_DIR``),
 which are read inside the opaque ``torch.ops.hlvllm.*`` ops at run time and never reach the graph.
@@ -58,7 +59,8 @@ def compile_key(settings: Settings | None = None) -> str:
     backend = "helion" if s.enabled else "off"
     fusion = int(s.enabled and s.aux_fusion)
     return (
-        f"backend={backend} aux={aux} max_helion_size={s.max_helion_size} aux_fusion={fusion} {_versions()}"
+        f"backend={backend} aux={aux} max_helion_size={s.max_helion_size} aux_fusion={fusion} "
+        f"dispatch_at={s.dispatch_at} {_versions()}"
     )
 
 

@@ -5,7 +5,9 @@ loading, ``process_weights_after_loading`` and the layout (``layer.weight``: the
 column-major fp8 view; ``weight_scale`` fp32 ``[N, 1]``) are exactly CUTLASS's, and activation
 quantization is vLLM's ``QuantFP8`` (dynamic per token). Only the GEMM call changes: it goes
 through ``torch.ops.hlvllm.scaled_mm``, whose body picks Helion (num_tokens <=
-max_helion_size, under CUDA-graph capture) or ``cutlass_scaled_mm``.
+max_helion_size, under CUDA-graph capture) or ``cutlass_scaled_mm``. With ``HL_DISPATCH_AT=capture``
+not even that: the layer runs CUTLASS's code, and :mod:`hlvllm.capture_dispatch` routes its
+``cutlass_scaled_mm`` calls while vLLM captures CUDA graphs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from hlvllm.ops import register_scaled_mm_layer
 from hlvllm.support import (
     HelionLinearKernelChecks,
     announce,
+    at_capture,
     model_dtype,
     out_dtype_reason,
 )
@@ -46,7 +49,12 @@ class HelionFP8ScaledMMLinearKernel(HelionLinearKernelChecks, CutlassFP8ScaledMM
 
     def __init__(self, c: FP8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
-        announce(get_format("fp8_dynamic").title, "CUTLASS (cutlass_scaled_mm)")
+        self.at_capture = at_capture()
+        announce(get_format("fp8_dynamic").title, "CUTLASS (cutlass_scaled_mm)", self.at_capture)
+        if self.at_capture:
+            from hlvllm import capture_dispatch
+
+            capture_dispatch.install_for(get_format("fp8_dynamic").title)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         super().process_weights_after_loading(layer)
@@ -65,8 +73,9 @@ class HelionFP8ScaledMMLinearKernel(HelionLinearKernelChecks, CutlassFP8ScaledMM
         bias: torch.Tensor | None,
         output_shape: list,
     ) -> torch.Tensor:
-        if B.shape[1] != self.logical_output_size or B.shape[0] != A.shape[1]:
-            # CUTLASS padded this layer's weight (can_implement rules that out; stay correct anyway)
+        if self.at_capture or B.shape[1] != self.logical_output_size or B.shape[0] != A.shape[1]:
+            # routed at capture; or CUTLASS padded this layer's weight (can_implement rules that
+            # out; stay correct anyway)
             return super().apply_scaled_mm(
                 A=A, B=B, out_dtype=out_dtype, As=As, Bs=Bs, bias=bias, output_shape=output_shape
             )

@@ -117,6 +117,11 @@ def register_shape(shape: GuardShape) -> None:
         precompile.schedule_pool(shape)
 
 
+def registered(fmt: str, n: int, k: int) -> bool:
+    """Whether a layer of (format, N, K) was registered by one of hlvllm's kernels."""
+    return (fmt, n, k) in _shapes
+
+
 def weight_copies(weight: torch.Tensor, copies: int) -> list[torch.Tensor]:
     """``weight`` and ``copies - 1`` copies with its shape, strides and values."""
     out = [weight]

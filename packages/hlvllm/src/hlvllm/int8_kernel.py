@@ -6,7 +6,10 @@ processing and layout are CUTLASS's (``layer.weight``: int8 ``[K, N]`` column-ma
 ``torch.ops.hlvllm.per_token_int8_quant`` (Helion under CUDA-graph capture, else vLLM's
 ``scaled_int8_quant``; ``HL_AUX_KERNELS`` without ``int8_quant``: always vLLM's), then
 ``torch.ops.hlvllm.scaled_mm`` picks Helion (num_tokens <= max_helion_size under CUDA-graph
-capture) or ``cutlass_scaled_mm``. Static input scales,
+capture) or ``cutlass_scaled_mm``. With ``HL_DISPATCH_AT=capture`` the layer runs CUTLASS's
+``apply_weights`` (vLLM's ``scaled_int8_quant``; ``HL_AUX_KERNELS``' ``int8_quant`` is not used)
+and :mod:`hlvllm.capture_dispatch` routes its ``cutlass_scaled_mm`` calls while vLLM captures CUDA
+graphs. Static input scales,
 asymmetric activations (azp) and per-tensor weight scales stay on vLLM's kernel.
 """
 
@@ -23,6 +26,7 @@ from hlvllm.settings import get_settings
 from hlvllm.support import (
     HelionLinearKernelChecks,
     announce,
+    at_capture,
     model_dtype,
 )
 
@@ -43,7 +47,12 @@ class HelionInt8ScaledMMLinearKernel(HelionLinearKernelChecks, CutlassInt8Scaled
     def __init__(self, c: Int8ScaledMMLinearLayerConfig, layer_param_names) -> None:
         super().__init__(c, layer_param_names)
         self.helion_input_quant = "int8_quant" in get_settings().aux_kernels
-        announce(get_format("w8a8_int8").title, "CUTLASS (cutlass_scaled_mm)")
+        self.at_capture = at_capture()
+        announce(get_format("w8a8_int8").title, "CUTLASS (cutlass_scaled_mm)", self.at_capture)
+        if self.at_capture:
+            from hlvllm import capture_dispatch
+
+            capture_dispatch.install_for(get_format("w8a8_int8").title)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         super().process_weights_after_loading(layer)
@@ -53,6 +62,8 @@ class HelionInt8ScaledMMLinearKernel(HelionLinearKernelChecks, CutlassInt8Scaled
     def apply_weights(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if self.at_capture:
+            return super().apply_weights(layer, x, bias)
         w_q, w_s, _, _, _ = self._get_layer_params(layer)
         x_2d = x.reshape(-1, x.shape[-1])
         if self.helion_input_quant:

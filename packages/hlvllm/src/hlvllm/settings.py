@@ -14,6 +14,7 @@
 | ``HL_SPEED_GUARD`` | ``1`` (on) | shapes without an exact tuned key keep Helion only where it times at least 2 % faster than vLLM's kernel at warm-up (:mod:`hlvllm.guard`; results cached next to the kernel cache); ``0``: off |
 | ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); on the H200 it took 4 of 26 s off an 8-layer engine's capture |
 | ``HL_PRECOMPILE_PROCESSES`` | ``0`` (off) | ``N`` > 0: once the model's weights are processed, compile every Helion GEMM kernel the CUDA-graph sizes will run in ``N`` worker processes, into the kernel cache (``hlvllm.precompile``, ``hlcore.kernel_pool``); needs ``HL_KERNEL_CACHE_DIR`` |
+| ``HL_DISPATCH_AT`` | ``op`` | where FP8_Dynamic / W8A8_INT8 GEMMs choose Helion or vLLM's kernel: ``op``, inside hlvllm's op in vLLM's compiled graph, split into two compile ranges at ``max_helion_size`` (:mod:`hlvllm.lowering`); ``capture``, vLLM's graph unchanged (one range) and vLLM's ``cutlass_scaled_mm`` calls routed while vLLM captures CUDA graphs (:mod:`hlvllm.capture_dispatch`); Block_FP8 always ``op`` |
 | ``HL_FUSED_QUANT`` | ``0`` (off) | ``1``: Block_FP8 layers quantize their activations inside the Helion GEMM at decode sizes (``hlcore.fused_linear``: one kernel instead of QuantFP8 + GEMM); not yet measured on a GPU |
 
 A value a variable does not take makes :func:`get_settings` raise ``ValueError``; the plugin then stays off
@@ -35,6 +36,8 @@ AUX_KERNEL_NAMES = ("rms_norm", "silu_and_mul", "quant_fp8", "int8_quant")
 #: What ``HL_UNTUNED_SHAPES`` may say: run the nearest tuned config (vLLM's kernel on a GPU without
 #: a file), vLLM's kernel, or the nearest tuned config and Helion's heuristic default without a file.
 UNTUNED_MODES = ("nearest", "vllm", "heuristic")
+#: What ``HL_DISPATCH_AT`` may say: route inside hlvllm's graph op, or at CUDA-graph capture.
+DISPATCH_AT = ("op", "capture")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Settings:
     speed_guard: bool = True
     precompile_processes: int = 0
     fused_quant: bool = False
+    dispatch_at: str = "op"
 
 
 #: ``HL_LINEAR_BACKEND`` values that leave the plugin off without a word (``helion`` turns it on).
@@ -120,6 +124,13 @@ def _untuned_env() -> str:
     return raw
 
 
+def _dispatch_at_env() -> str:
+    raw = os.environ.get("HL_DISPATCH_AT", "").strip().lower() or "op"
+    if raw not in DISPATCH_AT:
+        raise ValueError(f"HL_DISPATCH_AT must be one of {', '.join(DISPATCH_AT)}; got {raw!r}")
+    return raw
+
+
 @functools.cache
 def get_settings() -> Settings:
     """The settings of this process (cached; tests call ``get_settings.cache_clear()``).
@@ -142,4 +153,5 @@ def get_settings() -> Settings:
         speed_guard=_bool_env("HL_SPEED_GUARD", default=True),
         precompile_processes=_int_env("HL_PRECOMPILE_PROCESSES", 0),
         fused_quant=_bool_env("HL_FUSED_QUANT"),
+        dispatch_at=_dispatch_at_env(),
     )

@@ -145,11 +145,19 @@ def model_dtype():
     return dtype if isinstance(dtype, torch.dtype) else torch.bfloat16
 
 
-def announce(fmt: str, fallback: str) -> None:
-    """At kernel construction: record the CUDA-graph capture limit for dispatch, split vLLM's compile
-    ranges at max_helion_size (:func:`hlvllm.graphs.add_compile_range_endpoint`), install the pass that
-    lowers our ops above it to vLLM's kernels (:mod:`hlvllm.lowering`) and log, once per
-    format and process, which kernel runs which batch sizes."""
+def at_capture() -> bool:
+    """Whether FP8_Dynamic / W8A8_INT8 layers route at CUDA-graph capture (``HL_DISPATCH_AT=capture``,
+    :mod:`hlvllm.capture_dispatch`) instead of inside hlvllm's graph op."""
+    return get_settings().dispatch_at == "capture"
+
+
+def announce(fmt: str, fallback: str, capture: bool = False) -> None:
+    """At kernel construction: record the CUDA-graph capture limit for dispatch; unless ``capture``
+    (``HL_DISPATCH_AT=capture``: the kernel hooks vLLM's capture itself,
+    :func:`hlvllm.capture_dispatch.install_for`), split vLLM's compile ranges at max_helion_size
+    (:func:`hlvllm.graphs.add_compile_range_endpoint`) and install the pass that lowers our ops
+    above it to vLLM's kernels (:mod:`hlvllm.lowering`); and log, once per format and process,
+    which kernel runs which batch sizes."""
     from vllm.config import get_current_vllm_config
 
     from hlvllm import lowering, precompile, routing
@@ -158,8 +166,9 @@ def announce(fmt: str, fallback: str) -> None:
     routing.set_capture_limit(size)
     vllm_config = get_current_vllm_config()
     precompile.set_compilation_config(vllm_config.compilation_config)
-    add_compile_range_endpoint(vllm_config, routing.max_helion_m())
-    lowering.install()
+    if not capture:
+        add_compile_range_endpoint(vllm_config, routing.max_helion_m())
+        lowering.install()
     if fmt not in _announced:
         _announced.add(fmt)
         logger.info(

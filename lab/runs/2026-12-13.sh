@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The GPU run of 2026-12-03 (second window): issue 20's dispatch at capture time.
+#   CD   Qwen3-8B FP8_Dynamic, 36 layers, two engines side by side (lab/scripts/startup_ttft.py):
+#        off (no plugin) vs on with HL_DISPATCH_AT=capture (vLLM's graph unchanged, one compile
+#        range; Helion swapped in while vLLM captures CUDA graphs) and HL_PRECOMPILE_PROCESSES=8;
+#        cold start-up, TTFT at 128 / 1,024 tokens (300 ABBA pairs each, the median pair ratio's
+#        95 % interval), decode ms/step at concurrency 1 / 8 (ABBA), warm start-up; the engine's
+#        capture line says how many Helion kernels ran at capture
+#   other phases: as in 2026-12-12.sh
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|NLa|T|SC2|NLb|TU|N|P|S2
+set -u
+phase=$1
+here=$(dirname "$0")
+case $phase in CD) ;; *) exec bash "$here/2026-12-12.sh" "$phase" ;; esac
+source "$here/phase-lib.sh"
+phase_begin
+export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
+case $phase in
+CD)
+    run startup-capture python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
+        --out "$O/fp8_dynamic" --repeats 300 --settle 10 --warm --decode 1,8 \
+        --on-env HL_DISPATCH_AT=capture --on-env HL_PRECOMPILE_PROCESSES=8
+    sed -n '/^qwen3-8b/,$p' "$O/startup-capture.log" | head -20
+    grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-capture.log" | cut -c1-300
+    grep -hE "HL_DISPATCH_AT=capture|hlvllm: Helion .* failed|differs from vLLM|Traceback" \
+        "$O/startup-capture.log" | sort | uniq -c | cut -c1-240
+    grep -hE "Dynamo bytecode|Compiling a graph|Graph capturing finished|init engine" \
+        "$O/startup-capture.log" | cut -c1-160
+    ;;
+esac
+phase_end
