@@ -126,14 +126,14 @@ def test_calls_it_does_not_compute_exactly_pass_through(routed):
 
 
 def test_a_failing_helion_call_writes_vllms_result_and_warns(routed, monkeypatch, caplog):
-    from hlvllm import capture_dispatch, ops
+    from hlvllm import capture_dispatch, gemm
 
     d, dispatch, cutlass = routed
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(ops, "_helion_scaled_mm", broken)
+    monkeypatch.setattr(gemm, "helion_scaled_mm", broken)
     a, b, sa, sb, bias = _inputs(d, 2)
     out = torch.full((2, N), 5.0, dtype=torch.bfloat16)
     with capture_dispatch.CaptureRouting("CPU"), caplog.at_level("WARNING"):
@@ -174,19 +174,19 @@ def test_install_runs_the_runners_capture_with_routing(routed, monkeypatch):
 def test_nested_vllm_calls_while_routing_reach_vllms_op(routed, monkeypatch):
     """A vLLM call made while a routed call runs (the speed guard timing vLLM's kernel) is not
     routed again."""
-    from hlvllm import capture_dispatch, ops
+    from hlvllm import capture_dispatch, gemm
 
     d, dispatch, cutlass = routed
     args = _inputs(d, 4)
     inner = []
 
-    def helion_then_vllm(a, b, sa, sb, out_dtype, bias, out=None):
+    def helion_then_vllm(a, b, sa, sb, out_dtype, bias, out=None, fmt=None):
         vllm = torch.empty((4, N), dtype=torch.bfloat16)
         torch.ops._C.cutlass_scaled_mm.default(vllm, a, b, sa, sb, bias)
         inner.append(vllm)
         return scaled_mm(a, b, sa, sb, out_dtype, bias, out=out)
 
-    monkeypatch.setattr(ops, "_helion_scaled_mm", helion_then_vllm)
+    monkeypatch.setattr(gemm, "helion_scaled_mm", helion_then_vllm)
     out = torch.empty((4, N), dtype=torch.bfloat16)
     with capture_dispatch.CaptureRouting("CPU"):
         torch.ops._C.cutlass_scaled_mm.default(out, *args)
@@ -218,3 +218,62 @@ def test_capture_mode_kernel_keeps_vllms_graph(
     assert kernel.at_capture and not installed
     assert [(r.start, r.end) for r in cc.get_compile_ranges()] == before
     assert "found no vLLM model runner" in caplog.text
+
+
+_gemm_nt_lib = []
+_gemm_nt_calls: list[int] = []
+
+
+def _fp8_gemm_nt_stand_in():
+    """``hltest::fp8_gemm_nt_op`` with DeepGEMM's op schema (vLLM's ``deep_gemm.py``) and the fp32
+    block-scaled reference on the CPU."""
+    if not _gemm_nt_lib:
+        lib = torch.library.Library("hltest", "DEF")
+        lib.define(
+            "fp8_gemm_nt_op(Tensor q_input, Tensor input_scale, Tensor weight, Tensor weight_scale, "
+            "Tensor(a!) output, bool use_deep_gemm_e8m0) -> ()"
+        )
+
+        def impl(q, qs, w, ws, output, e8m0):
+            _gemm_nt_calls.append(q.shape[0])
+            output.copy_(scaled_mm_ref(q, w.t(), qs, ws, output.dtype, block_size=(128, 128)))
+
+        lib.impl("fp8_gemm_nt_op", impl, "CPU")
+        _gemm_nt_lib.append(lib)
+    return torch.ops.hltest.fp8_gemm_nt_op.default
+
+
+@pytest.mark.parametrize("column_major_scales", [False, True])
+def test_block_fp8_gemm_ops_are_routed(routed, monkeypatch, column_major_scales):
+    """Block_FP8 at capture: DeepGEMM's fp8_gemm_nt_op and CUTLASS's block-scaled cutlass_scaled_mm
+    of a registered block layer run Helion into the op's output (scales row- or column-major, as
+    vLLM's quantizers lay them out); UE8M0 scales stay on vLLM's op."""
+    from hlvllm import capture_dispatch, guard
+    from hlvllm.guard import GuardShape
+
+    d, dispatch, cutlass = routed
+    n, k = 256, 384
+    guard.register_shape(GuardShape("block_fp8", n, k, 0, "stand-in", None, None))
+    op = _fp8_gemm_nt_stand_in()
+    calls = _gemm_nt_calls
+    calls.clear()
+    monkeypatch.setitem(
+        capture_dispatch.ROUTES, ("hltest", "fp8_gemm_nt_op"), capture_dispatch.fp8_gemm_nt_handler
+    )
+    x = generate_scaled_mm_inputs(3, n, k, fmt="block_fp8", seed=4)
+    q, w, ws = x["a"], x["b"].t(), x["scale_b"]
+    qs = x["scale_a"].t().contiguous().t() if column_major_scales else x["scale_a"]
+    helion = scaled_mm(q, x["b"], qs, ws, torch.bfloat16, block_size=(128, 128))
+    ref = scaled_mm_ref(q, x["b"], qs, ws, torch.bfloat16, block_size=(128, 128))
+    assert rel_error(helion, ref) <= tolerance("block_fp8", torch.bfloat16)
+    deep, block_cutlass, ue8m0 = (torch.empty((3, n), dtype=torch.bfloat16) for _ in range(3))
+    with capture_dispatch.CaptureRouting("CPU"):
+        op(q, qs, w, ws, deep, False)  # the first eager call: Helion, checked against the op
+        assert dispatch.DISPATCH_COUNTS[("helion", 3, n, k)] == 1 and calls == [3]
+        monkeypatch.setattr(dispatch, "_capturing", lambda: True)
+        torch.ops._C.cutlass_scaled_mm.default(block_cutlass, q, x["b"], qs, ws, None)
+        assert dispatch.CAPTURE_COUNTS[("helion", 3, n, k)] == 1 and cutlass == []
+        op(q, qs, w, ws, ue8m0, True)  # UE8M0 scales: DeepGEMM's own
+        assert calls == [3, 3]
+    assert torch.equal(deep, helion) and torch.equal(block_cutlass, helion)
+    assert torch.equal(ue8m0, ref)

@@ -18,7 +18,11 @@ stand-in layer holding the op's weight and scale tensors (:func:`layer_view`). T
 tensor it uses as an argument and finds its kernel by the weight's (N, K) (:func:`kernel_for`:
 layers of one shape have the same kernel config), so every decoder layer's piece of vLLM's compiled
 graph is the same graph and Inductor compiles it once, and the compile range above max_helion_size
-can call the fallback's code on the graph's own tensors (:mod:`hlvllm.lowering`).
+can call the fallback's code on the graph's own tensors (:mod:`hlvllm.lowering`). With
+``HL_DISPATCH_AT=capture`` the layer runs the fallback's ``apply_weights`` (vLLM's graph), and
+:mod:`hlvllm.capture_dispatch` routes its GEMM op (DeepGEMM's ``fp8_gemm_nt_op`` or CUTLASS's
+block-scaled ``cutlass_scaled_mm``) while vLLM captures CUDA graphs: Helion then reads the
+activations vLLM's kernel quantized, in that kernel's scale layout.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
 
 from hlcore.formats import get_format
 from hlvllm.settings import get_settings
-from hlvllm.support import HelionLinearKernelChecks, announce, out_dtype_reason
+from hlvllm.support import HelionLinearKernelChecks, announce, at_capture, out_dtype_reason
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -133,7 +137,12 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
         assert fallback_cls is not None  # can_implement checked it
         self.fallback = fallback_cls(config)
         self.registered = False
-        announce(get_format("block_fp8").title, fallback_cls.__name__)
+        self.at_capture = at_capture()
+        announce(get_format("block_fp8").title, fallback_cls.__name__, self.at_capture)
+        if self.at_capture:
+            from hlvllm import capture_dispatch
+
+            capture_dispatch.install_for(get_format("block_fp8").title)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         params = self._get_layer_params(layer)
@@ -164,7 +173,7 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
     def apply_weights(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None, **kwargs
     ) -> torch.Tensor:
-        if not self.registered:
+        if not self.registered or self.at_capture:  # at capture: vLLM's GEMM op is routed
             return self.fallback.apply_weights(layer, x, bias, **kwargs)
         x_2d = x.reshape(-1, x.shape[-1])
         n = layer.weight.shape[0]

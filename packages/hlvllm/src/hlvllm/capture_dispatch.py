@@ -1,24 +1,24 @@
 """Dispatch at capture time (``HL_DISPATCH_AT=capture``): vLLM's compiled graph stays vLLM's, and
 Helion is swapped in only while vLLM captures its CUDA graphs.
 
-With it, hlvllm's FP8_Dynamic and W8A8_INT8 kernels run exactly vLLM's CUTLASS kernels'
-``apply_weights`` (no op of ours in the traced graph, so no compile range of ours, no lowering
+With it, hlvllm's kernels run exactly the ``apply_weights`` of the vLLM kernel they stand for
+(CUTLASS for FP8_Dynamic and W8A8_INT8, the block kernel vLLM chose for Block_FP8; no op of ours in the traced graph, so no compile range of ours, no lowering
 pass and no second graph to compile or load: prefill, large batches and eager calls reach vLLM's
 C++ op with no frame of ours). While vLLM's model runner captures CUDA graphs
 (``GPUModelRunner.capture_model`` of vLLM 0.26's V1 and V2 runners: the warm-up run before each
-capture size and the captures themselves), :class:`CaptureRouting` replaces the CUDA kernel of
-``torch.ops._C.cutlass_scaled_mm`` (the out-variant op Inductor's generated code calls,
-``cutlass_scaled_mm(out, a, b, a_scales, b_scales, bias)``; semantics of vLLM's
-``csrc/quantization/w8a8/cutlass``) with one that sends the calls of hlvllm's layers through
+capture size and the captures themselves), :class:`CaptureRouting` replaces the CUDA kernels of
+vLLM's GEMM ops (:data:`ROUTES`: ``torch.ops._C.cutlass_scaled_mm``, the out-variant op Inductor's
+generated code calls, ``cutlass_scaled_mm(out, a, b, a_scales, b_scales, bias)``, semantics of
+vLLM's ``csrc/quantization/w8a8/cutlass``; DeepGEMM's ``torch.ops.vllm.fp8_gemm_nt_op``) with ones
+that send the calls of hlvllm's layers through
 :func:`hlvllm.ops.scaled_mm_into`: :func:`hlvllm.routing.decide` picks Helion or vLLM's kernel for
 the (format, M, N, K), and :func:`hlvllm.dispatch.run` adds what the op path does (the speed guard
 and the precompile pool before the first Helion call, the first eager call of each size compiled
 and checked against vLLM's kernel, failures falling back with one warning). Helion writes the
 buffer Inductor allocated for vLLM's op, so the captured graph holds one GEMM launch per layer, as
 vLLM's. Every other call runs vLLM's kernel; when the capture ends vLLM's kernel is the op's
-kernel again. Block_FP8 keeps the graph op (``torch.ops.hlvllm.block_scaled_mm``) and its compile
-ranges: its vLLM kernels (DeepGEMM, CUTLASS block, Triton block) quantize their activations in
-layouts of their own.
+kernel again. Block_FP8's Helion GEMM reads the activations vLLM's block kernel quantized (1x128
+groups, in that kernel's scale layout); vLLM's Triton block kernel is not routed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-from hlvllm.ops import scaled_mm_into
+from hlvllm.gemm import scaled_mm_into
 from hlvllm.support import warn_once
 
 logger = logging.getLogger("vllm.hlvllm")
@@ -39,15 +39,13 @@ logger = logging.getLogger("vllm.hlvllm")
 #: vLLM's model runner modules whose ``GPUModelRunner.capture_model`` runs inside
 #: :class:`CaptureRouting` (V1, V2).
 RUNNER_MODULES = ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner")
-#: The op routed: vLLM's ``cutlass_scaled_mm(Tensor! out, Tensor a, Tensor b, Tensor a_scales,
-#: Tensor b_scales, Tensor? bias) -> ()``.
-OP_NAMESPACE, OP_NAME = "_C", "cutlass_scaled_mm"
 
 
-def _cutlass_scaled_mm_op():
-    """``torch.ops._C.cutlass_scaled_mm.default``, or None where vLLM's C++ ops are not loaded."""
+def _op(namespace: str, name: str):
+    """``torch.ops.<namespace>.<name>.default``, or None where it is not registered (vLLM's C++ ops
+    not loaded, vLLM's DeepGEMM module not imported)."""
     try:
-        return getattr(getattr(torch.ops, OP_NAMESPACE), OP_NAME).default
+        return getattr(getattr(torch.ops, namespace), name).default
     except (AttributeError, RuntimeError):
         return None
 
@@ -62,15 +60,17 @@ class CaptureRouting:
 
     def __init__(self, dispatch_key: str = "CUDA") -> None:
         self.dispatch_key = dispatch_key
-        self._lib = None
+        self._libs: list[torch.library.Library] = []
         self._inside = False
 
     def __enter__(self) -> CaptureRouting:
-        op = _cutlass_scaled_mm_op()
-        if op is None:
-            return self
-        original = torch.library.get_kernel(op, self.dispatch_key)
+        for (namespace, name), handler in ROUTES.items():
+            op = _op(namespace, name)
+            if op is not None:
+                self._route(namespace, name, torch.library.get_kernel(op, self.dispatch_key), handler)
+        return self
 
+    def _route(self, namespace: str, name: str, original, handler) -> None:
         def kernel(keyset, *args):
             def vllm_op(*op_args):
                 return original.call_boxed(keyset, *op_args)
@@ -79,29 +79,32 @@ class CaptureRouting:
                 return vllm_op(*args)
             self._inside = True
             try:
-                return scaled_mm_handler(vllm_op, args)
+                return handler(vllm_op, args)
             finally:
                 self._inside = False
 
-        lib = torch.library.Library(OP_NAMESPACE, "IMPL")
+        lib = torch.library.Library(namespace, "IMPL")
         with warnings.catch_warnings():  # "Overriding a previously registered kernel": on purpose
             warnings.simplefilter("ignore")
-            lib.impl(OP_NAME, kernel, self.dispatch_key, with_keyset=True, allow_override=True)
-        self._lib = lib
-        return self
+            lib.impl(name, kernel, self.dispatch_key, with_keyset=True, allow_override=True)
+        self._libs.append(lib)
 
     def __exit__(self, *exc) -> None:
-        if self._lib is not None:
-            self._lib._destroy()  # the original kernel is the op's kernel again
-            self._lib = None
+        while self._libs:
+            self._libs.pop()._destroy()  # the original kernel is the op's kernel again
+
+
+def _cdiv(x: int, y: int) -> int:
+    return -(-x // y)
 
 
 def scaled_mm_format_of(out, a, b, scale_a, scale_b, bias) -> str | None:
-    """The format of a ``cutlass_scaled_mm`` call that hlvllm's GEMM computes exactly as vLLM's op
-    does, or None: 2-D fp8 or int8 ``a [M, K]`` and column-major ``b [K, N]`` of one dtype,
-    per-token fp32 ``scale_a`` (M values) and per-channel fp32 ``scale_b`` (N values), bias
+    """The format of a ``cutlass_scaled_mm`` call that hlvllm's GEMM computes as vLLM's op does, or
+    None: 2-D fp8 or int8 ``a [M, K]`` and column-major ``b [K, N]`` of one dtype, fp32 scales per
+    token (M values) and per channel (N values), or for fp8 1x128 groups ``[M, ceil(K/128)]`` and
+    128x128 blocks ``[ceil(N/128), ceil(K/128)]`` (``block_fp8``, vLLM's CUTLASS block kernel), bias
     ``[N]`` of the output dtype or None, ``out [M, N]`` bf16/fp16 with contiguous rows, a (format,
-    N, K) that one of hlvllm's kernels registered at weight processing, all on one CUDA device."""
+    N, K) that one of hlvllm's kernels registered at weight processing, all on one device."""
     from hlvllm import guard
 
     tensors = (out, a, b, scale_a, scale_b)
@@ -117,13 +120,20 @@ def scaled_mm_format_of(out, a, b, scale_a, scale_b, bias) -> str | None:
         return None
     if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32:
         return None
-    if scale_a.numel() != m or scale_b.numel() != n:  # per-tensor scales stay on vLLM's op
-        return None
     if bias is not None and (bias.numel() != n or bias.dtype != out.dtype):
         return None
     if len({t.device for t in tensors}) != 1:
         return None
-    fmt = "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic"
+    if scale_a.numel() == m and scale_b.numel() == n:  # per-tensor scales stay on vLLM's op
+        fmt = "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic"
+    elif (
+        a.dtype == torch.float8_e4m3fn
+        and tuple(scale_a.shape) == (m, _cdiv(k, 128))
+        and tuple(scale_b.shape) == (_cdiv(n, 128), _cdiv(k, 128))
+    ):
+        fmt = "block_fp8"
+    else:
+        return None
     return fmt if guard.registered(fmt, n, k) else None
 
 
@@ -141,6 +151,33 @@ def scaled_mm_handler(vllm_op: Callable[..., None], args: tuple) -> None:
 
     scaled_mm_into(fmt, out, a, b, scale_a, scale_b, bias, vllm_into)
     return None
+
+
+def fp8_gemm_nt_handler(vllm_op: Callable[..., None], args: tuple) -> None:
+    """vLLM's DeepGEMM op ``fp8_gemm_nt_op(q_input, input_scale, weight, weight_scale, output,
+    use_deep_gemm_e8m0)`` (``output [M, N] = q_input [M, K] @ weight [N, K].T`` with 1x128 / 128x128
+    fp32 block scales, ``vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py``) while routing:
+    a Block_FP8 layer of ours with fp32 scales goes through :func:`hlvllm.ops.scaled_mm_into`;
+    UE8M0 scales and anything else to ``vllm_op(*args)``."""
+    q, scale_a, weight, scale_b, output, e8m0 = args[:6]
+    if e8m0 or not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        return vllm_op(*args)
+    b = weight.t()  # [K, N] column-major, as hlcore takes the weight
+    if scaled_mm_format_of(output, q, b, scale_a, scale_b, None) != "block_fp8":
+        return vllm_op(*args)
+
+    def vllm_into(buffer: torch.Tensor) -> None:
+        vllm_op(q, scale_a, weight, scale_b, buffer, e8m0)
+
+    scaled_mm_into("block_fp8", output, q, b, scale_a, scale_b, None, vllm_into)
+    return None
+
+
+#: (namespace, op) -> handler(vllm_op, args): the ops :class:`CaptureRouting` routes.
+ROUTES: dict[tuple[str, str], Callable[[Callable[..., None], tuple], None]] = {
+    ("_C", "cutlass_scaled_mm"): scaled_mm_handler,
+    ("vllm", "fp8_gemm_nt_op"): fp8_gemm_nt_handler,
+}
 
 
 def _wrap_capture(cls) -> bool:
