@@ -277,3 +277,23 @@ def test_block_fp8_gemm_ops_are_routed(routed, monkeypatch, column_major_scales)
         assert calls == [3, 3]
     assert torch.equal(deep, helion) and torch.equal(block_cutlass, helion)
     assert torch.equal(ue8m0, ref)
+
+
+def test_a_routing_that_cannot_be_set_up_leaves_vllms_kernel(routed, monkeypatch, caplog):
+    """get_kernel failing (another vLLM's op registration, say): one warning, vLLM's op runs."""
+    from hlvllm import capture_dispatch
+
+    d, dispatch, cutlass = routed
+
+    def no_kernel(op, key):
+        raise RuntimeError("no kernel for this key")
+
+    monkeypatch.setattr(torch.library, "get_kernel", no_kernel)
+    args = _inputs(d, 2)
+    out = torch.empty((2, N), dtype=torch.bfloat16)
+    with caplog.at_level("WARNING"), capture_dispatch.CaptureRouting("CPU"):
+        torch.ops._C.cutlass_scaled_mm.default(out, *args)
+    assert "cannot route _C::cutlass_scaled_mm" in caplog.text and cutlass == [2]
+    assert (
+        torch.equal(out, scaled_mm_ref(*args[:4], torch.bfloat16, args[4])) and not dispatch.DISPATCH_COUNTS
+    )

@@ -66,8 +66,18 @@ class CaptureRouting:
     def __enter__(self) -> CaptureRouting:
         for (namespace, name), handler in ROUTES.items():
             op = _op(namespace, name)
-            if op is not None:
+            if op is None:
+                continue
+            try:
                 self._route(namespace, name, torch.library.get_kernel(op, self.dispatch_key), handler)
+            except Exception as exc:  # noqa: BLE001 - never fail vLLM's capture for a speed-up
+                logger.warning(
+                    "hlvllm: cannot route %s::%s at CUDA-graph capture (%s: %s); vLLM's kernel runs there",
+                    namespace,
+                    name,
+                    type(exc).__name__,
+                    exc,
+                )
         return self
 
     def _route(self, namespace: str, name: str, original, handler) -> None:
