@@ -6,20 +6,24 @@
 #        cold start-up, TTFT at 128 / 1,024 tokens (300 ABBA pairs each, the median pair ratio's
 #        95 % interval), decode ms/step at concurrency 1 / 8 (ABBA), warm start-up; the engine's
 #        capture line says how many Helion kernels ran at capture
+#   CDi, CDb   the same for W8A8_INT8 and Block_FP8 (150 TTFT pairs, no decode timing)
 #   other phases: as in 2026-12-12.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|NLa|T|SC2|NLb|TU|N|P|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CDi|CDb|NLa|T|SC2|NLb|TU|N|P|S2
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in CD) ;; *) exec bash "$here/2026-12-12.sh" "$phase" ;; esac
+case $phase in CD*) ;; *) exec bash "$here/2026-12-12.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
 case $phase in
-CD)
-    run startup-capture python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
-        --out "$O/fp8_dynamic" --repeats 300 --settle 10 --warm --decode 1,8 \
+CD*)
+    fmt=fp8_dynamic extra="--repeats 300 --decode 1,8"
+    [ "$phase" = CDi ] && fmt=w8a8_int8 extra="--repeats 150"
+    [ "$phase" = CDb ] && fmt=block_fp8 extra="--repeats 150"
+    run startup-capture python3 lab/scripts/startup_ttft.py --model qwen3-8b --format $fmt \
+        --out "$O/$fmt" --settle 10 --warm $extra \
         --on-env HL_DISPATCH_AT=capture --on-env HL_PRECOMPILE_PROCESSES=8
     sed -n '/^qwen3-8b/,$p' "$O/startup-capture.log" | head -20
     grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-capture.log" | cut -c1-300
