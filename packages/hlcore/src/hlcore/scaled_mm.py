@@ -459,6 +459,8 @@ def kernel_args(
     if out is None:
         out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     fmt = FORMATS[scaled_mm_format(a, block_size)]
+    if m == 1:  # A's one row as a stride-0 view of two: loaded as a row of the tile (masked), not
+        a = a.expand(2, a.shape[1])  # broadcast (Helion broadcasts a size-1 dim the tile is not over)
     if fmt.block_size is not None:
         return (a, b.t(), scale_a, scale_b, bias, out, fmt.group_size)
     return (a, b.t(), scale_a.reshape(m, 1), scale_b.reshape(n, 1), bias, out, 0)
