@@ -6,7 +6,7 @@
 #        cold start-up, TTFT at 128 / 1,024 tokens (300 ABBA pairs each, the median pair ratio's
 #        95 % interval), decode ms/step at concurrency 1 / 8 (ABBA), warm start-up; the engine's
 #        capture line says how many Helion kernels ran at capture
-#   CDi, CDb   the same for W8A8_INT8 and Block_FP8 (150 TTFT pairs, no decode timing)
+#   CDi, CDb   W8A8_INT8 and Block_FP8, shorter: cold pair, 40 TTFT pairs, decode 4 pairs, no warm restart
 #   other phases: as in 2026-12-12.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CDi|CDb|NLa|T|SC2|NLb|TU|N|P|S2
@@ -19,11 +19,11 @@ phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
 case $phase in
 CD*)
-    fmt=fp8_dynamic extra="--repeats 300 --decode 1,8"
-    [ "$phase" = CDi ] && fmt=w8a8_int8 extra="--repeats 150"
-    [ "$phase" = CDb ] && fmt=block_fp8 extra="--repeats 150"
+    fmt=fp8_dynamic extra="--repeats 300 --decode 1,8 --warm"
+    [ "$phase" = CDi ] && fmt=w8a8_int8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
+    [ "$phase" = CDb ] && fmt=block_fp8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
     run startup-capture python3 lab/scripts/startup_ttft.py --model qwen3-8b --format $fmt \
-        --out "$O/$fmt" --settle 10 --warm $extra \
+        --out "$O/$fmt" --settle 10 $extra \
         --on-env HL_DISPATCH_AT=capture --on-env HL_PRECOMPILE_PROCESSES=8
     sed -n '/^qwen3-8b/,$p' "$O/startup-capture.log" | head -20
     grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-capture.log" | cut -c1-300
