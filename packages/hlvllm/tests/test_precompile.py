@@ -271,10 +271,12 @@ def test_worker_processes_get_every_helion_size_and_the_first_call_waits(op, hl_
         assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("fp8_dynamic", torch.bfloat16)
         (pool,) = started
         assert pool.processes == 3
-        assert sorted(job.args[0]["tensor"][0][0] for job in pool.jobs) == SIZES  # M of each job (not 40, 48)
+        # M of each job (not 40, 48): the output's rows (A's one row at M = 1 goes as a stride-0 pair)
+        assert sorted(job.args[5]["tensor"][0][0] for job in pool.jobs) == SIZES
         for job in pool.jobs:
-            m = job.args[0]["tensor"][0][0]
-            assert job.args[0]["tensor"][:3] == [[m, K], [K, 1], "float8_e4m3fn"]  # the quant's layouts
+            m = job.args[5]["tensor"][0][0]
+            a_layout = [[2, K], [0, 1]] if m == 1 else [[m, K], [K, 1]]
+            assert job.args[0]["tensor"][:3] == [*a_layout, "float8_e4m3fn"]  # the quant's layouts
             assert job.args[1]["tensor"][:3] == [[N, K], [K, 1], "float8_e4m3fn"]  # the layer's weight
         assert any("precompiled 7 of 7 Helion kernels" in r.getMessage() for r in caplog.records)
         assert fallback_calls == [8]  # the real call, checked against vLLM's kernel as always
