@@ -6,10 +6,11 @@
 #        cold start-up, TTFT at 128 / 1,024 tokens (300 ABBA pairs each, the median pair ratio's
 #        95 % interval), decode ms/step at concurrency 1 / 8 (ABBA), warm start-up; the engine's
 #        capture line says how many Helion kernels ran at capture
+#   CD2  CD again on the M = 1 fix (a27aa0b), shorter: cold pair, 150 TTFT pairs, decode, no warm restart
 #   CDi, CDb   W8A8_INT8 and Block_FP8, shorter: cold pair, 40 TTFT pairs, decode 4 pairs, no warm restart
 #   other phases: as in 2026-12-12.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CDi|CDb|NLa|T|SC2|NLb|TU|N|P|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CD2|CDi|CDb|NLa|T|SC2|NLb|TU|N|P|S2
 set -u
 phase=$1
 here=$(dirname "$0")
@@ -20,6 +21,7 @@ export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
 case $phase in
 CD*)
     fmt=fp8_dynamic extra="--repeats 300 --decode 1,8 --warm"
+    [ "$phase" = CD2 ] && extra="--repeats 150 --decode 1,8"  # a second pair, the M = 1 fix, no warm restart
     [ "$phase" = CDi ] && fmt=w8a8_int8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
     [ "$phase" = CDb ] && fmt=block_fp8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
     run startup-capture python3 lab/scripts/startup_ttft.py --model qwen3-8b --format $fmt \
