@@ -352,3 +352,16 @@ def test_step_table_weighs_each_layer_of_a_decoder_layer_once(tmp_path):
     assert per_key == f"{((11 / 10) * (8 / 8)) ** 0.5:.3f}"
     assert rows[("tp2", "1")][3:6] == ["8.0", "8.0", "7.0"]
     assert at.step_table(at.RunSummary(Path(tmp_path / "g.json"))) is None
+
+
+def test_format_names_take_the_prose_spellings():
+    """``FP8_Dynamic`` (README's prose) and ``fp8-dynamic`` (model ids) name ``fp8_dynamic``; each once."""
+    from hltools.format_names import check_formats
+
+    assert check_formats(["FP8_Dynamic", "fp8-dynamic", "Block_FP8", "w8a8_int8"]) == [
+        "fp8_dynamic",
+        "block_fp8",
+        "w8a8_int8",
+    ]
+    with pytest.raises(ValueError, match=r"unknown format\(s\) \['FP4'\]"):
+        check_formats(["FP4"])

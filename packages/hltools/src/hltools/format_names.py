@@ -15,9 +15,16 @@ from hlcore.scaled_mm_config import SCALED_MM_FORMATS
 FORMATS: tuple[str, ...] = tuple(SCALED_MM_FORMATS)
 
 
+def _canonical(name: str) -> str:
+    spelled = name.strip().lower().replace("-", "_")
+    return spelled if spelled in FORMATS else name
+
+
 def check_formats(names: Iterable[str]) -> list[str]:
-    """``names`` in order, each once. Raises ``ValueError`` naming the unknown ones and the known ones."""
-    names = list(dict.fromkeys(names))
+    """``names`` in order, each once, spelled as :data:`FORMATS` (any case, ``-`` for ``_``: the
+    prose's ``FP8_Dynamic`` and ``fp8-dynamic`` are ``fp8_dynamic``). Raises ``ValueError`` naming the
+    unknown ones and the known ones."""
+    names = list(dict.fromkeys(_canonical(n) for n in names))
     unknown = [f for f in names if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown format(s) {unknown}; choose from {list(FORMATS)}")

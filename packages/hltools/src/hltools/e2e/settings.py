@@ -105,7 +105,7 @@ QUANT_CONFIGS: dict[str, dict[str, Any]] = {
 
 def quant_config(fmt: str) -> dict[str, Any]:
     """A copy of the ``quantization_config`` for ``fmt``; ``ValueError`` for an unknown format."""
-    check_formats([fmt])
+    (fmt,) = check_formats([fmt])
     return get_format(fmt).quantization_config()
 
 
