@@ -8,12 +8,23 @@
 #        capture line says how many Helion kernels ran at capture
 #   CD2  CD again on the M = 1 fix (a27aa0b), shorter: cold pair, 150 TTFT pairs, decode, no warm restart
 #   CDi, CDb   W8A8_INT8 and Block_FP8, shorter: cold pair, 40 TTFT pairs, decode 4 pairs, no warm restart
+#   AB   without the vLLM bundle (helion and filecheck wheels from its cache, carried as .hlwheels):
+#        the Helion GEMM at M 1 / 8 on Qwen3-8B's shapes, wheels of 53ccdab (dist-old, the kernel
+#        before b83114a) against a27aa0b (dist-next), old then new, a fresh process each
 #   other phases: as in 2026-12-12.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CD2|CDi|CDb|NLa|T|SC2|NLb|TU|N|P|S2
 set -u
 phase=$1
 here=$(dirname "$0")
+if [ "$phase" = AB ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
+    for w in dist-old dist-next; do
+        rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl $w/*.whl
+        HL_COMMIT=$(cat $w/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion python3 lab/scripts/m1_ab.py 2>&1 | tail -1
+    done
+    exit 0
+fi
 case $phase in CD*) ;; *) exec bash "$here/2026-12-12.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
