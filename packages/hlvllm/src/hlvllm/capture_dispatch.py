@@ -31,7 +31,8 @@ from collections.abc import Callable
 
 import torch
 
-from hlvllm.gemm import scaled_mm_into
+from hlcore.formats import get_format
+from hlvllm.gemm import scaled_mm_format, scaled_mm_into
 from hlvllm.support import warn_once
 
 logger = logging.getLogger("vllm.hlvllm")
@@ -104,10 +105,6 @@ class CaptureRouting:
             self._libs.pop()._destroy()  # the original kernel is the op's kernel again
 
 
-def _cdiv(x: int, y: int) -> int:
-    return -(-x // y)
-
-
 def scaled_mm_format_of(out, a, b, scale_a, scale_b, bias) -> str | None:
     """The format of a ``cutlass_scaled_mm`` call that hlvllm's GEMM computes as vLLM's op does, or
     None: 2-D fp8 or int8 ``a [M, K]`` and column-major ``b [K, N]`` of one dtype, fp32 scales per
@@ -134,12 +131,13 @@ def scaled_mm_format_of(out, a, b, scale_a, scale_b, bias) -> str | None:
         return None
     if len({t.device for t in tensors}) != 1:
         return None
+    block = get_format("block_fp8")
     if scale_a.numel() == m and scale_b.numel() == n:  # per-tensor scales stay on vLLM's op
-        fmt = "w8a8_int8" if a.dtype == torch.int8 else "fp8_dynamic"
+        fmt = scaled_mm_format(a.dtype)
     elif (
         a.dtype == torch.float8_e4m3fn
-        and tuple(scale_a.shape) == (m, _cdiv(k, 128))
-        and tuple(scale_b.shape) == (_cdiv(n, 128), _cdiv(k, 128))
+        and tuple(scale_a.shape) == block.scale_a_shape(m, k)
+        and tuple(scale_b.shape) == block.scale_b_shape(n, k)
     ):
         fmt = "block_fp8"
     else:
