@@ -11,6 +11,9 @@
 #   AB   without the vLLM bundle (helion and filecheck wheels from its cache, carried as .hlwheels):
 #        the Helion GEMM at M 1 / 8 on Qwen3-8B's shapes, wheels of 53ccdab (dist-old, the kernel
 #        before b83114a) against a27aa0b (dist-next), old then new, a fresh process each
+#   PF   without the vLLM bundle (as AB, our wheels in dist): lab/scripts/pdl_prefetch.py, producer ->
+#        GEMM pairs with the GEMM launched with PDL, prefetching its first weight tiles into L2 before it
+#        waits for the producer (issue 22's "the GEMM waits only after it has started streaming")
 #   other phases: as in 2026-12-12.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CD2|CDi|CDb|NLa|T|SC2|NLb|TU|N|P|S2
@@ -23,6 +26,14 @@ if [ "$phase" = AB ]; then
         rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl $w/*.whl
         HL_COMMIT=$(cat $w/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion python3 lab/scripts/m1_ab.py 2>&1 | tail -1
     done
+    exit 0
+fi
+if [ "$phase" = PF ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
+    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+    mkdir -p "${OUT:-/tmp}/PF"
+    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion python3 lab/scripts/pdl_prefetch.py 2>&1 |
+        tee "${OUT:-/tmp}/PF/pdl_prefetch.log" | grep -v '^{"layer"'
     exit 0
 fi
 case $phase in CD*) ;; *) exec bash "$here/2026-12-12.sh" "$phase" ;; esac
