@@ -46,8 +46,11 @@ CD*)
     [ "$phase" = CD2 ] && extra="--repeats 150 --decode 1,8"  # a second pair, the M = 1 fix, no warm restart
     [ "$phase" = CDi ] && fmt=w8a8_int8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
     [ "$phase" = CDb ] && fmt=block_fp8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
+    # Block_FP8: DeepGEMM's warm-up of every M took ~4 min per engine (CDb, 2026-12-03 day); JIT on use
+    [ "$phase" = CDb ] && export VLLM_DEEP_GEMM_WARMUP=skip
+    [ -n "${REPEATS:-}" ] && extra="$extra --repeats $REPEATS"  # a shorter run: the last --repeats wins
     run startup-capture python3 lab/scripts/startup_ttft.py --model qwen3-8b --format $fmt \
-        --out "$O/$fmt" --settle 10 $extra \
+        --out "$O/$fmt" --settle "${SETTLE:-40}" $extra \
         --on-env HL_DISPATCH_AT=capture --on-env HL_PRECOMPILE_PROCESSES=8
     sed -n '/^qwen3-8b/,$p' "$O/startup-capture.log" | head -20
     grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-capture.log" | cut -c1-300

@@ -140,7 +140,7 @@ def main() -> int:
     p.add_argument("--order", default="off,on")
     p.add_argument("--warm", action="store_true")
     p.add_argument("--on-env", action="append", default=[])
-    p.add_argument("--settle", type=float, default=15.0, help="seconds to wait once both are ready")
+    p.add_argument("--settle", type=float, default=40.0, help="seconds to wait once both are ready")
     p.add_argument("--decode", default="", help="concurrencies for a decode timing (e.g. 1,8), ABBA")
     p.add_argument("--decode-repeats", type=int, default=6)
     args = p.parse_args()
@@ -174,8 +174,12 @@ def main() -> int:
         engines[s], cold[s] = _start(s, model_dir, caches[s], on_env, args)
     result["cold_s"] = cold
     # the engine started last was sampled within a second of its start (2026-12-02 evening: 1.88x
-    # at 128 tokens against an engine idle for two minutes, even at 1,024 a moment later)
+    # at 128 tokens against an engine idle for two minutes, even at 1,024 a moment later); with a
+    # 10 s settle, the "on" engine (started last) still ran 25-50 consecutive prefills ~10-16 ms slower
+    # some 12-17 s after it was ready (2026-12-03, FP8 and INT8), so the default is now 40 s and every
+    # sample keeps its time (``t_s``, seconds since the settle ended) to locate such a window
     time.sleep(args.settle)
+    t_start = time.perf_counter()
     result["settle_s"] = args.settle
     sp = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False)
     vocab = int(cfg.get("vocab_size", 32000))
@@ -183,6 +187,7 @@ def main() -> int:
     for n in args.lens:
         prompt = [{"prompt_token_ids": [(7 * i + n) % (vocab - 10) + 5 for i in range(n)]}]
         samples = {s: [] for s in order}
+        stamps = {s: [] for s in order}
         for _ in range(2):  # warm-up: first prefill at this length
             for s in order:
                 engines[s].generate(prompt, sp, use_tqdm=False)
@@ -191,9 +196,11 @@ def main() -> int:
                 t0 = time.perf_counter()
                 engines[s].generate(prompt, sp, use_tqdm=False)
                 samples[s].append(1e3 * (time.perf_counter() - t0))
+                stamps[s].append(round(t0 - t_start, 3))
         pairs = [on / off for off, on in zip(samples["off"], samples["on"], strict=True)]
         ttft[n] = {
             "samples_ms": samples,
+            "t_s": stamps,
             "median_ms": {s: statistics.median(v) for s, v in samples.items()},
             "p20_ms": {s: _pct(v, 0.2) for s, v in samples.items()},
             "p80_ms": {s: _pct(v, 0.8) for s, v in samples.items()},
