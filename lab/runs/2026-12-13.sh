@@ -32,7 +32,7 @@ if [ "$phase" = PF ]; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
     rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
     mkdir -p "${OUT:-/tmp}/PF"
-    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion python3 lab/scripts/pdl_prefetch.py 2>&1 |
+    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion python3 lab/scripts/pdl_prefetch.py ${PF_ARGS:-} 2>&1 |
         tee "${OUT:-/tmp}/PF/pdl_prefetch.log" | grep -v '^{"layer"'
     exit 0
 fi
