@@ -7,6 +7,8 @@
 #        95 % interval), decode ms/step at concurrency 1 / 8 (ABBA), warm start-up; the engine's
 #        capture line says how many Helion kernels ran at capture
 #   CD2  CD again on the M = 1 fix (a27aa0b), shorter: cold pair, 150 TTFT pairs, decode, no warm restart
+#   CDa  CD2's pair as a control: both engines without the plugin (--aa); does the engine started
+#        last run a window of slow prefills by itself (2026-12-03 day)?
 #   CDi, CDb   W8A8_INT8 and Block_FP8, shorter: cold pair, 40 TTFT pairs, decode 4 pairs, no warm restart
 #   AB   without the vLLM bundle (helion and filecheck wheels from its cache, carried as .hlwheels):
 #        the Helion GEMM at M 1 / 8 on Qwen3-8B's shapes, wheels of 53ccdab (dist-old, the kernel
@@ -44,6 +46,7 @@ case $phase in
 CD*)
     fmt=fp8_dynamic extra="--repeats 300 --decode 1,8 --warm"
     [ "$phase" = CD2 ] && extra="--repeats 150 --decode 1,8"  # a second pair, the M = 1 fix, no warm restart
+    [ "$phase" = CDa ] && extra="--repeats 150 --aa"
     [ "$phase" = CDi ] && fmt=w8a8_int8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
     [ "$phase" = CDb ] && fmt=block_fp8 extra="--repeats 40 --decode 1,8 --decode-repeats 4"
     # Block_FP8: DeepGEMM's warm-up of every M took ~4 min per engine (CDb, 2026-12-03 day); JIT on use

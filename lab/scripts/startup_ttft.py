@@ -19,7 +19,7 @@ caches (warm start-up). Random weights (``load_format=dummy``), model config fro
 models with the format's quantization config.
 
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
---out DIR [--repeats 40] [--lens 128,1024] [--warm] [--on-env HL_PRECOMPILE_PROCESSES=8]``; writes
+--out DIR [--repeats 40] [--lens 128,1024] [--warm] [--aa] [--on-env HL_PRECOMPILE_PROCESSES=8]``; writes
 ``DIR/startup_ttft.json`` and prints a table.
 """
 
@@ -46,7 +46,7 @@ def _engine_env(setting: str, cache: Path, on_env: dict[str, str]) -> None:
         os.environ[var] = str(cache / sub)
     for var in ("HL_LINEAR_BACKEND", *on_env):
         os.environ.pop(var, None)
-    if setting == "off":
+    if setting == "off" or os.environ.get("STARTUP_TTFT_AA") == "1":  # --aa: both without the plugin
         os.environ["VLLM_PLUGINS"] = ""
     else:
         os.environ.pop("VLLM_PLUGINS", None)
@@ -139,12 +139,19 @@ def main() -> int:
     p.add_argument("--memory", type=float, default=0.42)
     p.add_argument("--order", default="off,on")
     p.add_argument("--warm", action="store_true")
+    p.add_argument(
+        "--aa",
+        action="store_true",
+        help="control run: the 'on' engine starts without the plugin too (is a difference the order's?)",
+    )
     p.add_argument("--on-env", action="append", default=[])
     p.add_argument("--settle", type=float, default=40.0, help="seconds to wait once both are ready")
     p.add_argument("--decode", default="", help="concurrencies for a decode timing (e.g. 1,8), ABBA")
     p.add_argument("--decode-repeats", type=int, default=6)
     args = p.parse_args()
     args.lens = [int(x) for x in args.lens.split(",")]
+    if args.aa:
+        os.environ["STARTUP_TTFT_AA"] = "1"
     on_env = dict(kv.split("=", 1) for kv in args.on_env)
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from hltools.e2e.settings import default_env, engine_model_config
