@@ -89,6 +89,23 @@ def _pct(samples, q):
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def _slow_run(samples: list[float], stamps: list[float], threshold: float) -> dict:
+    """The longest run of consecutive ``samples`` above ``threshold`` (ms): its length, the time of
+    its first sample (``t_s``) and its median. 2026-12-03: the engine started last ran ~35
+    consecutive prefills 10-16 ms slower some 12-17 s after it was ready; this finds such a window."""
+    best, start = (0, 0), None
+    for i, x in enumerate([*samples, -1.0]):
+        if x > threshold:
+            start = i if start is None else start
+        elif start is not None:
+            best, start = max(best, (i - start, start)), None
+    length, first = best
+    if not length:
+        return {"length": 0}
+    run = samples[first : first + length]
+    return {"length": length, "t_s": stamps[first], "median_ms": round(statistics.median(run), 2)}
+
+
 def _median_ci95(values, resamples: int = 2000) -> list[float]:
     """95 % bootstrap interval of the median of ``values`` (percentile method, fixed seed): what
     the issue's "TTFT within +1 %" is judged by (the median pair ratio's interval below 1.01)."""
@@ -214,6 +231,11 @@ def main() -> int:
             "pair_ratio_median": statistics.median(pairs),
             "pair_ratio_p20_p80": [_pct(pairs, 0.2), _pct(pairs, 0.8)],
             "pair_ratio_median_ci95": _median_ci95(pairs),
+            # per engine: its longest run above the other engine's 80th percentile
+            "slow_run": {
+                s: _slow_run(samples[s], stamps[s], _pct(samples[o], 0.8))
+                for s, o in zip(order, order[::-1], strict=True)
+            },
         }
     result["ttft"] = ttft
     result["decode"] = _decode(engines, order, vocab, args) if args.decode else {}
@@ -247,6 +269,14 @@ def main() -> int:
             f"{med[b] / med[a]:.3f} | {t['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
             f"{ci[0]:.3f}-{ci[1]:.3f} | {args.repeats} |"
         )
+    for n, t in ttft.items():
+        runs = "; ".join(
+            f"{s} {r['length']} in a row from t = {r['t_s']:.1f} s (median {r['median_ms']:.1f} ms)"
+            if r["length"]
+            else f"{s} none"
+            for s, r in t["slow_run"].items()
+        )
+        print(f"longest run above the other engine's p80, {n} tokens: {runs}")
     if result["decode"]:
         print(f"\n| concurrency | {a} ms/step | {b} ms/step | {b}/{a} pair ratio median (min-max) | n |")
         print("| --- | --- | --- | --- | --- |")
