@@ -16,9 +16,14 @@
 #   PF   without the vLLM bundle (as AB, our wheels in dist): lab/scripts/pdl_prefetch.py, producer ->
 #        GEMM pairs with the GEMM launched with PDL, prefetching its first weight tiles into L2 before it
 #        waits for the producer (issue 22's "the GEMM waits only after it has started streaming")
+#   T3   issue 23's "three formats <= 15 min": the grid search of Qwen3-8B in W8A8_INT8 and Block_FP8
+#        (FP8_Dynamic took 187 s on 2026-12-03); resumable: run it again on the same machine and
+#        RES if it hits its limit, and add the walls
 #   other phases: as in 2026-12-12.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CD2|CDi|CDb|NLa|T|SC2|NLb|TU|N|P|S2
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-13.sh CD|CD2|CDa|CDi|CDb|T3|NLa|T|SC2|NLb|TU|N|P|S2
+# Next session, in this order: CD2 (SETTLE=30 REPEATS=100 LIMIT=330), CDa, CDb, PF and AB (no bundle;
+# one call), T3, TU, NLb
 set -u
 phase=$1
 here=$(dirname "$0")
@@ -38,11 +43,16 @@ if [ "$phase" = PF ]; then
         tee "${OUT:-/tmp}/PF/pdl_prefetch.log" | grep -v '^{"layer"'
     exit 0
 fi
-case $phase in CD*) ;; *) exec bash "$here/2026-12-12.sh" "$phase" ;; esac
+case $phase in CD* | T3) ;; *) exec bash "$here/2026-12-12.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels
 case $phase in
+T3)
+    run grid-8b-int8-block 560 python3 -m hltools autotune --model qwen3-8b --formats w8a8_int8,block_fp8 \
+        --effort grid --output "$O/grid"
+    tail -40 "$O/grid-8b-int8-block.log"
+    ;;
 CD*)
     fmt=fp8_dynamic extra="--repeats 300 --decode 1,8 --warm"
     [ "$phase" = CD2 ] && extra="--repeats 150 --decode 1,8"  # a second pair, the M = 1 fix, no warm restart
