@@ -66,6 +66,7 @@ CD*)
         --out "$O/$fmt" --settle "${SETTLE:-40}" $extra \
         --on-env HL_DISPATCH_AT=capture --on-env HL_PRECOMPILE_PROCESSES=8
     sed -n '/^qwen3-8b/,$p' "$O/startup-capture.log" | head -20
+    grep -q '^qwen3-8b' "$O/startup-capture.log" || grep -A8 "TTFT so far" "$O/startup-capture.log"  # cut
     grep -ho "Helion kernels at CUDA-graph capture.*" "$O/startup-capture.log" | cut -c1-300
     grep -hE "HL_DISPATCH_AT=capture|hlvllm: Helion .* failed|differs from vLLM|Traceback" \
         "$O/startup-capture.log" | sort | uniq -c | cut -c1-240

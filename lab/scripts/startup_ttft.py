@@ -146,6 +146,30 @@ def _decode(engines, order, vocab, args) -> dict:
     return result
 
 
+def _print_ttft(ttft: dict, a: str, b: str, repeats: int) -> None:
+    """The TTFT table (one row per prompt length) and each engine's longest slow run."""
+    print(
+        f"\n| prompt | TTFT {a} ms (p20-p80) | TTFT {b} ms (p20-p80) | {b}/{a} medians | on/off pair ratio median (p20-p80) | its 95 % interval | n |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for n, t in ttft.items():
+        med, lo, hi = t["median_ms"], t["p20_ms"], t["p80_ms"]
+        pr, ci = t["pair_ratio_p20_p80"], t["pair_ratio_median_ci95"]
+        print(
+            f"| {n} | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | "
+            f"{med[b] / med[a]:.3f} | {t['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
+            f"{ci[0]:.3f}-{ci[1]:.3f} | {repeats} |"
+        )
+    for n, t in ttft.items():
+        runs = "; ".join(
+            f"{s} {r['length']} in a row from t = {r['t_s']:.1f} s (median {r['median_ms']:.1f} ms)"
+            if r["length"]
+            else f"{s} none"
+            for s, r in t["slow_run"].items()
+        )
+        print(f"longest run above the other engine's p80, {n} tokens: {runs}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-8b")
@@ -238,7 +262,13 @@ def main() -> int:
             },
         }
     result["ttft"] = ttft
+    # written and printed now too: a phase cut at its time limit later still has these (2026-12-03)
+    (out / "startup_ttft.json").write_text(json.dumps(result, indent=1))
+    print(f"[startup_ttft] cold start-up (s): {cold}; TTFT so far:", flush=True)
+    _print_ttft(ttft, *order, args.repeats)
+    sys.stdout.flush()
     result["decode"] = _decode(engines, order, vocab, args) if args.decode else {}
+    (out / "startup_ttft.json").write_text(json.dumps(result, indent=1))
     if args.warm:
         for s in order:
             _stop(engines.pop(s))
@@ -257,26 +287,7 @@ def main() -> int:
     if "warm_s" in result:
         w = result["warm_s"]
         print(f"| warm | {w[a]:.1f} | {w[b]:.1f} | {w[b] - w[a]:+.1f} |")
-    print(
-        f"\n| prompt | TTFT {a} ms (p20-p80) | TTFT {b} ms (p20-p80) | {b}/{a} medians | on/off pair ratio median (p20-p80) | its 95 % interval | n |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for n, t in ttft.items():
-        med, lo, hi = t["median_ms"], t["p20_ms"], t["p80_ms"]
-        pr, ci = t["pair_ratio_p20_p80"], t["pair_ratio_median_ci95"]
-        print(
-            f"| {n} | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | "
-            f"{med[b] / med[a]:.3f} | {t['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
-            f"{ci[0]:.3f}-{ci[1]:.3f} | {args.repeats} |"
-        )
-    for n, t in ttft.items():
-        runs = "; ".join(
-            f"{s} {r['length']} in a row from t = {r['t_s']:.1f} s (median {r['median_ms']:.1f} ms)"
-            if r["length"]
-            else f"{s} none"
-            for s, r in t["slow_run"].items()
-        )
-        print(f"longest run above the other engine's p80, {n} tokens: {runs}")
+    _print_ttft(ttft, a, b, args.repeats)
     if result["decode"]:
         print(f"\n| concurrency | {a} ms/step | {b} ms/step | {b}/{a} pair ratio median (min-max) | n |")
         print("| --- | --- | --- | --- | --- |")
