@@ -27,17 +27,20 @@
 set -u
 phase=$1
 here=$(dirname "$0")
-if [ "$phase" = AB ]; then
+# AB and PF: helion from .hlwheels into /tmp/helion, the wheels of folder $1 into /tmp/hl
+wheels() {
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
+    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl "$1"/*.whl
+}
+if [ "$phase" = AB ]; then
     for w in dist-old dist-next; do
-        rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl $w/*.whl
+        wheels $w
         HL_COMMIT=$(cat $w/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion python3 lab/scripts/m1_ab.py 2>&1 | tail -1
     done
     exit 0
 fi
 if [ "$phase" = PF ]; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
-    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+    wheels dist
     mkdir -p "${OUT:-/tmp}/PF"
     HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion python3 lab/scripts/pdl_prefetch.py ${PF_ARGS:-} 2>&1 |
         tee "${OUT:-/tmp}/PF/pdl_prefetch.log" | grep -v '^{"layer"'

@@ -123,6 +123,8 @@ def measure(layer: str, m: int, ws: list, sbs: list) -> dict:
     from hlcore.scaled_mm import scaled_mm
 
     n, k, bn = SHAPES[layer]
+    if not 1 <= m <= 16:
+        raise ValueError(f"M must be 1..16 (the GEMM's row tile is 16); got {m}")
     xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in ws]
     q = torch.empty(m, k, device="cuda", dtype=torch.float8_e4m3fn)
     s = torch.empty(m, device="cuda", dtype=torch.float32)

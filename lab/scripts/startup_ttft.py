@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 
-def _engine_env(setting: str, cache: Path, on_env: dict[str, str]) -> None:
+def _engine_env(setting: str, cache: Path, on_env: dict[str, str], plugin: bool) -> None:
     for var, sub in {
         "VLLM_CACHE_ROOT": "vllm",
         "TORCHINDUCTOR_CACHE_DIR": "inductor",
@@ -46,7 +46,7 @@ def _engine_env(setting: str, cache: Path, on_env: dict[str, str]) -> None:
         os.environ[var] = str(cache / sub)
     for var in ("HL_LINEAR_BACKEND", *on_env):
         os.environ.pop(var, None)
-    if setting == "off" or os.environ.get("STARTUP_TTFT_AA") == "1":  # --aa: both without the plugin
+    if not plugin:
         os.environ["VLLM_PLUGINS"] = ""
     else:
         os.environ.pop("VLLM_PLUGINS", None)
@@ -57,7 +57,7 @@ def _engine_env(setting: str, cache: Path, on_env: dict[str, str]) -> None:
 def _start(setting, model_dir, cache, on_env, args):
     from vllm import LLM
 
-    _engine_env(setting, cache, on_env)
+    _engine_env(setting, cache, on_env, plugin=setting == "on" and not args.aa)  # --aa: neither
     t0 = time.perf_counter()
     llm = LLM(
         model=str(model_dir),
@@ -191,8 +191,6 @@ def main() -> int:
     p.add_argument("--decode-repeats", type=int, default=6)
     args = p.parse_args()
     args.lens = [int(x) for x in args.lens.split(",")]
-    if args.aa:
-        os.environ["STARTUP_TTFT_AA"] = "1"
     on_env = dict(kv.split("=", 1) for kv in args.on_env)
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from hltools.e2e.settings import default_env, engine_model_config
