@@ -82,6 +82,18 @@ def cuda_like(hl_env):
 
 
 @pytest.fixture
+def op_dispatch(hl_env):
+    """``HL_DISPATCH_AT=op``: tests of the op design (hlvllm's op in vLLM's graph, two compile ranges,
+    ``hlvllm.lowering``), whatever the default; list it before fixtures that register the plugin.
+    Capture mode has its own tests (``test_capture_dispatch.py``)."""
+    from hlvllm.settings import get_settings
+
+    hl_env.setenv("HL_DISPATCH_AT", "op")
+    get_settings.cache_clear()
+    return hl_env
+
+
+@pytest.fixture
 def graphs_on_config():
     """A CPU VllmConfig whose compilation config says CUDA graphs are on (capture sizes <= 64)."""
     from vllm.config import CUDAGraphMode, DeviceConfig, VllmConfig, set_current_vllm_config

@@ -509,7 +509,9 @@ def qwen3_mlp_cls():
     return Qwen3MLP
 
 
-def test_qwen3_fp8_mlp_built_by_vllm_runs_hlvllm_ops(qwen3_mlp_cls, aux, graphs_on_config, cuda_like):
+def test_qwen3_fp8_mlp_built_by_vllm_runs_hlvllm_ops(
+    qwen3_mlp_cls, op_dispatch, aux, graphs_on_config, cuda_like
+):
     """Qwen3MLP with a compressed-tensors FP8_DYNAMIC config, built by vLLM's model and quantization
     code: gate_up/down pick HelionFP8ScaledMMLinearKernel, their QuantFP8 and the MLP's SiluAndMul
     are ours, and a forward pass runs our quant, silu_and_mul and GEMM ops (Helion, first eager call)

@@ -89,7 +89,7 @@ def test_block_can_implement_reasons(cuda_like, graphs_on_config):
 
 
 @pytest.mark.parametrize("m", [1, 17, 40])
-def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, caplog):
+def test_block_layer_end_to_end_on_cpu(op_dispatch, cuda_like, graphs_on_config, m, caplog):
     """Helion path (M <= 32) equals the fp32 reference of the layer's own quantized activations and
     block weights; M = 40 goes to vLLM's block kernel (its apply_weights, stubbed: CPU). At M = 17
     with HL_PRECOMPILE_THREADS=2 the first call precompiles the shape's other sizes first."""
@@ -149,7 +149,7 @@ def test_block_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, caplog):
     assert rel_error(ones, ref_ones) <= tolerance("block_fp8", torch.bfloat16)
 
 
-def test_block_layers_compile_to_one_graph_piece(cuda_like, graphs_on_config):
+def test_block_layers_compile_to_one_graph_piece(op_dispatch, cuda_like, graphs_on_config):
     """Two Block_FP8 layers under torch.compile call the op with their weight as a graph input and
     no per-layer constant, so each layer's stretch of the graph is the same (what lets Inductor and
     vLLM compile one decoder-layer piece once for all layers); both still compute their own layer."""
@@ -206,7 +206,7 @@ def test_block_layers_compile_to_one_graph_piece(cuda_like, graphs_on_config):
     assert rel_error(out, expected) <= 2 * tolerance("block_fp8", torch.bfloat16)
 
 
-def test_block_layer_with_the_quantization_inside_the_gemm(cuda_like, graphs_on_config):
+def test_block_layer_with_the_quantization_inside_the_gemm(op_dispatch, cuda_like, graphs_on_config):
     """HL_FUSED_QUANT=1: the Helion path is one kernel (hlcore.fused_linear.block_fp8_linear on the
     bf16 activations), equal to hlcore's 1x128 quant + Helion GEMM with the same config (the same
     quantized bytes in either interpreter), and the first call is still checked against vLLM's."""

@@ -113,7 +113,9 @@ def test_pass_applies_only_to_ranges_above_max_helion_size(ops, hl_env):
     assert lowering_pass.uuid().endswith("-max16")
 
 
-def test_kernels_split_vllms_compile_ranges_at_max_helion_size(cuda_like, graphs_on_config, fp8_layer_config):
+def test_kernels_split_vllms_compile_ranges_at_max_helion_size(
+    op_dispatch, cuda_like, graphs_on_config, fp8_layer_config
+):
     """Building an hlvllm linear kernel adds max_helion_size to vLLM's compile-range endpoints, so
     vLLM compiles num_tokens <= 32 and > 32 as two graphs."""
     from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
