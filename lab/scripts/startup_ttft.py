@@ -19,7 +19,8 @@ caches (warm start-up). Random weights (``load_format=dummy``), model config fro
 models with the format's quantization config.
 
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
---out DIR [--repeats 40] [--lens 128,1024] [--warm] [--aa] [--on-env HL_PRECOMPILE_PROCESSES=8]``; writes
+--out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
+the lengths' pairs interleave, ``--gap`` seconds apart; writes
 ``DIR/startup_ttft.json`` and prints a table.
 """
 
@@ -187,6 +188,7 @@ def main() -> int:
     )
     p.add_argument("--on-env", action="append", default=[])
     p.add_argument("--settle", type=float, default=40.0, help="seconds to wait once both are ready")
+    p.add_argument("--gap", type=float, default=0.0, help="seconds between TTFT pairs (spread over time)")
     p.add_argument("--decode", default="", help="concurrencies for a decode timing (e.g. 1,8), ABBA")
     p.add_argument("--decode-repeats", type=int, default=6)
     args = p.parse_args()
@@ -227,35 +229,45 @@ def main() -> int:
     time.sleep(args.settle)
     t_start = time.perf_counter()
     result["settle_s"] = args.settle
+    result["gap_s"] = args.gap
     sp = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False)
     vocab = int(cfg.get("vocab_size", 32000))
     ttft = {}
-    for n in args.lens:
-        prompt = [{"prompt_token_ids": [(7 * i + n) % (vocab - 10) + 5 for i in range(n)]}]
-        samples = {s: [] for s in order}
-        stamps = {s: [] for s in order}
-        for _ in range(2):  # warm-up: first prefill at this length
+    prompts = {
+        n: [{"prompt_token_ids": [(7 * i + n) % (vocab - 10) + 5 for i in range(n)]}] for n in args.lens
+    }
+    samples = {n: {s: [] for s in order} for n in args.lens}
+    stamps = {n: {s: [] for s in order} for n in args.lens}
+    for n in args.lens:  # warm-up: first prefills at this length
+        for _ in range(2):
             for s in order:
-                engines[s].generate(prompt, sp, use_tqdm=False)
-        for i in range(args.repeats):  # ABBA: which engine goes first alternates (the first call
-            for s in order if i % 2 == 0 else order[::-1]:  # of a pair ran up to 15 % slower)
+                engines[s].generate(prompts[n], sp, use_tqdm=False)
+    # The lengths interleave and ``--gap`` spaces the pairs: a slow mode of one engine process lasts
+    # seconds (2026-12-03 evening: 100 back-to-back pairs took ~5 s, and one slow stretch in one
+    # engine decided the median), so spreading the pairs over minutes averages over those modes.
+    for i in range(args.repeats):
+        for n in args.lens:  # ABBA: which engine goes first alternates (the first call of a pair
+            for s in order if i % 2 == 0 else order[::-1]:  # ran up to 15 % slower)
                 t0 = time.perf_counter()
-                engines[s].generate(prompt, sp, use_tqdm=False)
-                samples[s].append(1e3 * (time.perf_counter() - t0))
-                stamps[s].append(round(t0 - t_start, 3))
-        pairs = [on / off for off, on in zip(samples["off"], samples["on"], strict=True)]
+                engines[s].generate(prompts[n], sp, use_tqdm=False)
+                samples[n][s].append(1e3 * (time.perf_counter() - t0))
+                stamps[n][s].append(round(t0 - t_start, 3))
+        if args.gap > 0:
+            time.sleep(args.gap)
+    for n in args.lens:
+        pairs = [on / off for off, on in zip(samples[n]["off"], samples[n]["on"], strict=True)]
         ttft[n] = {
-            "samples_ms": samples,
-            "t_s": stamps,
-            "median_ms": {s: statistics.median(v) for s, v in samples.items()},
-            "p20_ms": {s: _pct(v, 0.2) for s, v in samples.items()},
-            "p80_ms": {s: _pct(v, 0.8) for s, v in samples.items()},
+            "samples_ms": samples[n],
+            "t_s": stamps[n],
+            "median_ms": {s: statistics.median(v) for s, v in samples[n].items()},
+            "p20_ms": {s: _pct(v, 0.2) for s, v in samples[n].items()},
+            "p80_ms": {s: _pct(v, 0.8) for s, v in samples[n].items()},
             "pair_ratio_median": statistics.median(pairs),
             "pair_ratio_p20_p80": [_pct(pairs, 0.2), _pct(pairs, 0.8)],
             "pair_ratio_median_ci95": _median_ci95(pairs),
             # per engine: its longest run above the other engine's 80th percentile
             "slow_run": {
-                s: _slow_run(samples[s], stamps[s], _pct(samples[o], 0.8))
+                s: _slow_run(samples[n][s], stamps[n][s], _pct(samples[n][o], 0.8))
                 for s, o in zip(order, order[::-1], strict=True)
             },
         }

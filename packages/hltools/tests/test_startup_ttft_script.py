@@ -1,0 +1,70 @@
+"""lab/scripts/startup_ttft.py on the CPU with fake engines (``_start`` replaced): the TTFT pairs
+run in ABBA order, the prompt lengths interleave, ``--gap`` sleeps between pairs, and the written
+JSON holds each length's samples with their times and the pair ratios computed from them."""
+
+import json
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def script(lab_script):
+    return lab_script("startup_ttft")
+
+
+@pytest.fixture
+def restored_environ():
+    """main() sets the engine's environment variables in os.environ: put it back afterwards."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+class FakeEngine:
+    """``generate`` records (engine, prompt length); its latency is what ``times`` says per length."""
+
+    def __init__(self, name, calls, clock, times):
+        self.name, self.calls, self.clock, self.times = name, calls, clock, times
+
+    def generate(self, prompts, sp, use_tqdm=False):
+        n = len(prompts[0]["prompt_token_ids"])
+        self.calls.append((self.name, n))
+        self.clock[0] += self.times[self.name][n]
+
+
+def test_pairs_interleave_lengths_in_abba_order_with_gaps(script, monkeypatch, tmp_path, restored_environ):
+    calls, clock, sleeps = [], [0.0], []
+    times = {"off": {8: 0.010, 16: 0.020}, "on": {8: 0.011, 16: 0.018}}  # on/off 1.1 and 0.9
+    monkeypatch.setattr(script, "_start", lambda s, *a: (FakeEngine(s, calls, clock, times), 1.0))
+    monkeypatch.setattr(script.time, "perf_counter", lambda: clock[0])
+
+    def fake_sleep(s):
+        sleeps.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr(script.time, "sleep", fake_sleep)
+    argv = ["startup_ttft.py", "--model", "qwen3-1.7b", "--out", str(tmp_path), "--repeats", "3"]
+    monkeypatch.setattr(script.sys, "argv", argv + ["--lens", "8,16", "--settle", "5", "--gap", "2"])
+    assert script.main() == 0
+
+    warmup = [("off", 8), ("on", 8)] * 2 + [("off", 16), ("on", 16)] * 2
+    timed = [("off", 8), ("on", 8), ("off", 16), ("on", 16)]  # pair 0
+    timed += [("on", 8), ("off", 8), ("on", 16), ("off", 16)]  # pair 1: the other engine first
+    timed += [("off", 8), ("on", 8), ("off", 16), ("on", 16)]
+    assert calls == warmup + timed
+    assert sleeps == [5, 2, 2, 2]  # settle, then one gap after each pair
+
+    res = json.loads((tmp_path / "startup_ttft.json").read_text())
+    assert res["gap_s"] == 2
+    t8, t16 = res["ttft"]["8"], res["ttft"]["16"]
+    assert t8["samples_ms"]["off"] == pytest.approx([10.0] * 3)
+    assert t8["samples_ms"]["on"] == pytest.approx([11.0] * 3)
+    assert t8["pair_ratio_median"] == pytest.approx(1.1)
+    assert t16["pair_ratio_median"] == pytest.approx(0.9)
+    # times from the settle's end: the warm-up (0.118 s of generates), pair 0 (0.059 s), one 2 s gap,
+    # then pair 1, where "on" goes first
+    assert t8["t_s"]["off"][0] == pytest.approx(0.118)
+    assert t8["t_s"]["on"][1] == pytest.approx(2.177)
+    assert t8["t_s"]["off"][1] == pytest.approx(2.188)
