@@ -65,6 +65,7 @@ CD*)
     # Block_FP8: DeepGEMM's warm-up of every M took ~4 min per engine (CDb, 2026-12-03 day); JIT on use
     [ "$phase" = CDb ] && export VLLM_DEEP_GEMM_WARMUP=skip
     [ -n "${REPEATS:-}" ] && extra="$extra --repeats $REPEATS"  # a shorter run: the last --repeats wins
+    [ -n "${GAP:-}" ] && extra="$extra --gap $GAP"  # seconds between TTFT pairs (spread over time)
     run startup-capture python3 lab/scripts/startup_ttft.py --model qwen3-8b --format $fmt \
         --out "$O/$fmt" --settle "${SETTLE:-40}" $extra \
         --on-env HL_DISPATCH_AT=capture --on-env HL_PRECOMPILE_PROCESSES=8
