@@ -248,3 +248,40 @@ def test_block_layer_with_the_quantization_inside_the_gemm(op_dispatch, cuda_lik
     q, s = per_token_group_fp8_quant(x)
     two = scaled_mm(q, w_q.t(), s, w_s, torch.bfloat16, block_size=(128, 128), config=cfg)
     torch.testing.assert_close(out, two, rtol=0, atol=0)
+
+
+def test_block_precompile_sees_the_scale_layout_vllms_quantizer_writes(cuda_like, graphs_on_config):
+    """Helion specializes on strides: the GEMM that hlvllm.precompile records at weight processing
+    reads scale_a in the layout of the real call, row-major from our own quantizer in the op design,
+    at capture the layout vLLM's block kernel quantizes into (DeepGEMM's TMA-aligned column-major:
+    strides (1, M rounded up to 4)); the GEMM on those strides equals the fp32 reference."""
+    import types
+
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel
+    from hlvllm.settings import get_settings
+
+    n, k = 200, 300
+    _, w_q, w_s, layer = _block_layer(n, k, seed=3)
+    get_settings.cache_clear()
+    op_kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
+    assert not op_kernel.at_capture and op_kernel.scale_a_like(3, 3, "cpu").stride() == (3, 1)
+    cuda_like.setenv("HL_DISPATCH_AT", "capture")
+    get_settings.cache_clear()
+    kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
+    assert kernel.at_capture
+    layouts = {}
+    for column_major, tma in [(False, False), (True, False), (True, True)]:
+        quant = types.SimpleNamespace(column_major_scales=column_major, tma_aligned_scales=tma)
+        cuda_like.setattr(kernel.fallback, "quant_fp8", quant, raising=False)
+        layouts[column_major, tma] = [kernel.scale_a_like(m, 3, "cpu").stride() for m in (1, 3, 5)]
+    assert layouts == {
+        (False, False): [(3, 1)] * 3,
+        (True, False): [(1, 1), (1, 3), (1, 5)],
+        (True, True): [(1, 4), (1, 4), (1, 8)],
+    }
+    ones = kernel.helion_gemm_at(5, w_q, w_s, torch.bfloat16, None)
+    ref = scaled_mm_ref(
+        torch.ones(5, k).to(torch.float8_e4m3fn), w_q.t(), torch.ones(5, 3), w_s, torch.bfloat16,
+        block_size=(128, 128),
+    )  # fmt: skip
+    assert rel_error(ones, ref) <= tolerance("block_fp8", torch.bfloat16)

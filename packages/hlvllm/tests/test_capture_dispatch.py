@@ -226,7 +226,8 @@ _gemm_nt_calls: list[int] = []
 
 def _fp8_gemm_nt_stand_in():
     """``hltest::fp8_gemm_nt_op`` with DeepGEMM's op schema (vLLM's ``deep_gemm.py``) and the fp32
-    block-scaled reference on the CPU."""
+    block-scaled reference on the CPU; packed (int32) scales, which that reference cannot read, fill
+    the output with 7 so that a test sees which kernel wrote it."""
     if not _gemm_nt_lib:
         lib = torch.library.Library("hltest", "DEF")
         lib.define(
@@ -236,6 +237,9 @@ def _fp8_gemm_nt_stand_in():
 
         def impl(q, qs, w, ws, output, e8m0):
             _gemm_nt_calls.append(q.shape[0])
+            if qs.dtype == torch.int32:
+                output.fill_(7)
+                return
             output.copy_(scaled_mm_ref(q, w.t(), qs, ws, output.dtype, block_size=(128, 128)))
 
         lib.impl("fp8_gemm_nt_op", impl, "CPU")
@@ -243,11 +247,22 @@ def _fp8_gemm_nt_stand_in():
     return torch.ops.hltest.fp8_gemm_nt_op.default
 
 
-@pytest.mark.parametrize("column_major_scales", [False, True])
-def test_block_fp8_gemm_ops_are_routed(routed, monkeypatch, column_major_scales):
+def _tma_aligned(scale_a: torch.Tensor) -> torch.Tensor:
+    """``scale_a [M, G]`` in the layout of vLLM's ``per_token_group_quant_fp8(column_major_scales=True,
+    tma_aligned_scales=True)``, what its DeepGEMM kernel quantizes into: strides ``(1, M rounded up to
+    a multiple of 4)``."""
+    m, g = scale_a.shape
+    out = torch.empty_strided((m, g), (1, -(-m // 4) * 4), dtype=scale_a.dtype)
+    out.copy_(scale_a)
+    return out
+
+
+@pytest.mark.parametrize("scale_layout", ["row", "column", "tma"])
+def test_block_fp8_gemm_ops_are_routed(routed, monkeypatch, scale_layout):
     """Block_FP8 at capture: DeepGEMM's fp8_gemm_nt_op and CUTLASS's block-scaled cutlass_scaled_mm
-    of a registered block layer run Helion into the op's output (scales row- or column-major, as
-    vLLM's quantizers lay them out); UE8M0 scales stay on vLLM's op."""
+    of a registered block layer run Helion into the op's output (scales row- or column-major or
+    TMA-aligned, as vLLM's quantizers lay them out), also with ``use_deep_gemm_e8m0`` on and fp32
+    power-of-two scales (vLLM 0.26's default on Hopper); packed int32 UE8M0 scales stay on vLLM's op."""
     from hlvllm import capture_dispatch, guard
     from hlvllm.guard import GuardShape
 
@@ -262,21 +277,31 @@ def test_block_fp8_gemm_ops_are_routed(routed, monkeypatch, column_major_scales)
     )
     x = generate_scaled_mm_inputs(3, n, k, fmt="block_fp8", seed=4)
     q, w, ws = x["a"], x["b"].t(), x["scale_b"]
-    qs = x["scale_a"].t().contiguous().t() if column_major_scales else x["scale_a"]
+    qs = {"row": x["scale_a"], "column": x["scale_a"].t().contiguous().t()}.get(scale_layout)
+    qs = _tma_aligned(x["scale_a"]) if qs is None else qs
     helion = scaled_mm(q, x["b"], qs, ws, torch.bfloat16, block_size=(128, 128))
     ref = scaled_mm_ref(q, x["b"], qs, ws, torch.bfloat16, block_size=(128, 128))
     assert rel_error(helion, ref) <= tolerance("block_fp8", torch.bfloat16)
-    deep, block_cutlass, ue8m0 = (torch.empty((3, n), dtype=torch.bfloat16) for _ in range(3))
+    # vLLM's FLOAT32_CEIL_UE8M0: fp32 scales rounded up to powers of two
+    qs2, ws2 = (torch.exp2(torch.ceil(torch.log2(s))) for s in (qs, ws))
+    qs2 = _tma_aligned(qs2) if scale_layout == "tma" else qs2
+    assert not torch.equal(qs2, qs)
+    helion2 = scaled_mm(q, x["b"], qs2, ws2, torch.bfloat16, block_size=(128, 128))
+    packed = torch.zeros((3, 1), dtype=torch.int32)  # Blackwell's UE8M0: 4 exponents per int32
+    deep, block_cutlass, e8m0, blackwell = (torch.empty((3, n), dtype=torch.bfloat16) for _ in range(4))
     with capture_dispatch.CaptureRouting("CPU"):
         op(q, qs, w, ws, deep, False)  # the first eager call: Helion, checked against the op
         assert dispatch.DISPATCH_COUNTS[("helion", 3, n, k)] == 1 and calls == [3]
         monkeypatch.setattr(dispatch, "_capturing", lambda: True)
         torch.ops._C.cutlass_scaled_mm.default(block_cutlass, q, x["b"], qs, ws, None)
         assert dispatch.CAPTURE_COUNTS[("helion", 3, n, k)] == 1 and cutlass == []
-        op(q, qs, w, ws, ue8m0, True)  # UE8M0 scales: DeepGEMM's own
-        assert calls == [3, 3]
+        op(q, qs2, w, ws2, e8m0, True)  # fp32 power-of-two scales: Helion
+        assert dispatch.CAPTURE_COUNTS[("helion", 3, n, k)] == 2 and calls == [3]
+        op(q, packed, w, ws2, blackwell, True)  # packed scales: DeepGEMM's own
+        assert calls == [3, 3] and dispatch.CAPTURE_COUNTS[("helion", 3, n, k)] == 2
     assert torch.equal(deep, helion) and torch.equal(block_cutlass, helion)
-    assert torch.equal(ue8m0, ref)
+    assert torch.equal(e8m0, helion2) and not torch.equal(helion2, helion)
+    assert bool((blackwell == 7).all())
 
 
 def test_a_routing_that_cannot_be_set_up_leaves_vllms_kernel(routed, monkeypatch, caplog):

@@ -206,8 +206,21 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
             x = torch.ones((m, k), dtype=out_dtype, device=weight.device)
             return self.helion_path(x, weight, helion_scale, out_dtype, bias)
         q = torch.ones((m, k), dtype=weight.dtype, device=weight.device)
-        scale_a = torch.ones((m, -(-k // BLOCK[1])), dtype=torch.float32, device=weight.device)
+        scale_a = self.scale_a_like(m, -(-k // BLOCK[1]), weight.device)
         return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)
+
+    def scale_a_like(self, m: int, groups: int, device) -> torch.Tensor:
+        """fp32 ones ``[m, groups]`` in the layout the Helion GEMM will read (Helion specializes on
+        strides, so a precompiled kernel must see the real call's): row-major from our own quantizer
+        in the op design; at capture, the layout vLLM's block kernel quantizes into (its
+        ``QuantFP8``'s ``column_major_scales`` / ``tma_aligned_scales``; vLLM's
+        ``per_token_group_quant_fp8``: column-major, strides ``(1, m)``, or TMA-aligned ``(1, m
+        rounded up to a multiple of 4)``)."""
+        quant = getattr(self.fallback, "quant_fp8", None) if self.at_capture else None
+        if quant is None or not getattr(quant, "column_major_scales", False):
+            return torch.ones((m, groups), dtype=torch.float32, device=device)
+        rows = -(-m // 4) * 4 if getattr(quant, "tma_aligned_scales", False) else m
+        return torch.ones((groups, rows), dtype=torch.float32, device=device).t()[:m]
 
     def fallback_path(self, x_2d, weight, weight_scale, out_dtype, bias) -> torch.Tensor:
         """vLLM's kernel on a stand-in layer holding ``weight`` and ``weight_scale``."""

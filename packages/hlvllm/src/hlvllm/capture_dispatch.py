@@ -164,11 +164,18 @@ def scaled_mm_handler(vllm_op: Callable[..., None], args: tuple) -> None:
 def fp8_gemm_nt_handler(vllm_op: Callable[..., None], args: tuple) -> None:
     """vLLM's DeepGEMM op ``fp8_gemm_nt_op(q_input, input_scale, weight, weight_scale, output,
     use_deep_gemm_e8m0)`` (``output [M, N] = q_input [M, K] @ weight [N, K].T`` with 1x128 / 128x128
-    fp32 block scales, ``vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py``) while routing:
-    a Block_FP8 layer of ours with fp32 scales goes through :func:`hlvllm.ops.scaled_mm_into`;
-    UE8M0 scales and anything else to ``vllm_op(*args)``."""
+    block scales, ``vllm/model_executor/kernels/linear/scaled_mm/deep_gemm.py``) while routing: a
+    Block_FP8 layer of ours with fp32 scales goes through :func:`hlvllm.ops.scaled_mm_into`; packed
+    scales and anything else to ``vllm_op(*args)``.
+
+    ``use_deep_gemm_e8m0`` does not decide: vLLM 0.26 turns it on by default (``VLLM_USE_DEEP_GEMM_E8M0``)
+    on Hopper too, where the scales stay fp32 tensors whose values are powers of two (vLLM's
+    ``DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0``: the weight re-quantized in place at load, the
+    activation's group scales rounded up by vLLM's quantizer), so the same block-scaled product
+    computes DeepGEMM's result. Blackwell's packed UE8M0 (int32, four exponents per element) is not
+    fp32 and stays on DeepGEMM (:func:`scaled_mm_format_of` takes fp32 scales only)."""
     q, scale_a, weight, scale_b, output, e8m0 = args[:6]
-    if e8m0 or not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         return vllm_op(*args)
     b = weight.t()  # [K, N] column-major, as hlcore takes the weight
     if scaled_mm_format_of(output, q, b, scale_a, scale_b, None) != "block_fp8":
