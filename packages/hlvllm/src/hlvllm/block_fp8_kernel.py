@@ -210,8 +210,8 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
         return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)
 
     def scale_a_like(self, m: int, groups: int, device) -> torch.Tensor:
-        """fp32 ones ``[m, groups]`` in the layout the Helion GEMM will read (Helion specializes on
-        strides, so a precompiled kernel must see the real call's): row-major from our own quantizer
+        """fp32 ones ``[m, groups]`` in the layout the Helion GEMM will read (hlcore's kernel cache
+        keys on every argument's strides, so a precompiled kernel must see the real call's): row-major from our own quantizer
         in the op design; at capture, the layout vLLM's block kernel quantizes into (its
         ``QuantFP8``'s ``column_major_scales`` / ``tma_aligned_scales``; vLLM's
         ``per_token_group_quant_fp8``: column-major, strides ``(1, m)``, or TMA-aligned ``(1, m
