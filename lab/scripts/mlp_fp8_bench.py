@@ -11,10 +11,13 @@ over weight copies larger than L2, random bf16 activations quantized per token f
   amax in the epilogue) -> ``hlcore.mlp_fp8.silu_down`` (the per-token quantization in the K loop),
   for each candidate gate_up config (``--gate-up``; the shipped gate_up config first), the down
   kernel with the shipped down config;
-* each kernel alone (``gate_up``, ``silu_quant``, ``down``, ``gate_up_silu``, ``silu_down``).
+* ``grouped[<gate_up config>]``: ``gate_up_silu(quantize=True)`` (h leaves as e4m3 in 1 x block_n
+  groups) -> ``hlcore.mlp_fp8.group_down`` (no quantization in the K loop; other bytes than
+  FP8_Dynamic's, within its tolerance);
+* each kernel alone (``gate_up``, ``silu_quant``, ``down``, ``gate_up_silu``, ``silu_down``, ``group_down``).
 
 Every variant's output is checked against the fp32 reference of vLLM's chain (``*_err``, relative
-Frobenius). The table gives the best ``two`` against ``three`` (and CUTLASS's) per M, and per
+Frobenius). The table gives the best ``two`` or ``grouped`` against ``three`` (and CUTLASS's) per M, and per
 decode step (x 36 layers). Usage (GPU machine; helion, hlcore; vLLM optional):
 ``python3 lab/scripts/mlp_fp8_bench.py [--ms 1,8] [--budget-s 200]``; writes
 ``$OUT/mlp_fp8_bench.json`` after every M.
@@ -61,7 +64,7 @@ def main() -> None:
     p.add_argument("--gate-up", type=int, default=len(GATE_UP_CANDIDATES), help="how many extra candidates")
     args = p.parse_args()
     from hlcore.activation_quant import silu_and_mul_fp8_quant
-    from hlcore.mlp_fp8 import gate_up_silu, gate_up_silu_ref, silu_down, silu_down_ref
+    from hlcore.mlp_fp8 import gate_up_silu, gate_up_silu_ref, group_down, silu_down, silu_down_ref
     from hlcore.quant import per_token_fp8_quant_ref
     from hlcore.scaled_mm import scaled_mm
     from hlcore.testing import rel_error
@@ -126,8 +129,21 @@ def main() -> None:
         }
         if vllm_ops is not None:
             variants["cutlass_three"] = cutlass_three
+
+        def grouped(cfg, a=a, sa=sa, cfg_dn=cfg_dn):
+            def run(gw, gs, dw, ds):
+                q, parts = gate_up_silu(a, gw.t(), sa, gs, quantize=True, config=cfg)
+                return group_down(q, parts, dw.t(), ds, config=cfg_dn)
+
+            return run
+
+        q0, qparts0 = gate_up_silu(a, gu_w.t(), sa, gu_s, quantize=True, config=gu_cands[0])
+        variants["group_down"] = lambda gw, gs, dw, ds, q=q0, pt=qparts0, c=cfg_dn: group_down(
+            q, pt, dw.t(), ds, config=c
+        )
         for i, cfg in enumerate(gu_cands):
             variants[f"two[{i}]"] = two(cfg)
+            variants[f"grouped[{i}]"] = grouped(cfg)
             variants[f"gate_up_silu[{i}]"] = lambda gw, gs, dw, ds, a=a, sa=sa, c=cfg: gate_up_silu(
                 a, gw.t(), sa, gs, config=c
             )
@@ -135,13 +151,13 @@ def main() -> None:
         for name, fn in variants.items():
             try:
                 out = fn(*copies[0])
-                if name in ("three", "cutlass_three") or name.startswith("two["):
+                if name in ("three", "cutlass_three") or name.startswith(("two[", "grouped[")):
                     row[f"{name}_err"] = round(rel_error(out, ref), 5)
                 calls = [lambda c=c, fn=fn: fn(*c) for c in copies]
                 row[f"{name}_us"] = round(time_graph(calls).median_us, 2)
             except Exception as exc:  # noqa: BLE001 - record and go on
                 row[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        twos = {k: v for k, v in row.items() if k.startswith("two[") and k.endswith("_us")}
+        twos = {k: v for k, v in row.items() if k.startswith(("two[", "grouped[")) and k.endswith("_us")}
         if twos:
             best = min(twos, key=twos.get)
             row["two_best"], row["two_best_us"] = best[:-3], twos[best]
@@ -164,9 +180,11 @@ def _table(rows: list[dict]) -> None:
     nan = float("nan")
     for r in rows:
         three, cut, two = r.get("three_us", nan), r.get("cutlass_three_us", nan), r.get("two_best_us", nan)
-        i = r.get("two_best", "two[0]")[4:-1]
+        best = r.get("two_best", "two[0]")
+        i = best[best.index("[") + 1 : -1]
         parts3 = r.get("gate_up_us", nan) + r.get("silu_quant_us", nan) + r.get("down_us", nan)
-        parts2 = r.get(f"gate_up_silu[{i}]_us", nan) + r.get("silu_down_us", nan)
+        down2 = r.get("group_down_us" if best.startswith("grouped") else "silu_down_us", nan)
+        parts2 = r.get(f"gate_up_silu[{i}]_us", nan) + down2
         print(
             f"| {r['M']} | {three:.2f} | {cut:.2f} | {two:.2f} ({r.get('two_best', '-')}) | {two / three:.3f} | "
             f"{two / cut:.3f} | {parts3:.2f} | {parts2:.2f} | {LAYERS * (three - two):.0f} |"

@@ -8,8 +8,15 @@ import pytest
 import torch
 
 from hlcore.formats import get_format
-from hlcore.mlp_fp8 import gate_up_silu, gate_up_silu_ref, silu_down, silu_down_ref
-from hlcore.quant import FP8_DTYPE, per_token_fp8_quant_ref
+from hlcore.mlp_fp8 import (
+    gate_up_silu,
+    gate_up_silu_ref,
+    group_down,
+    group_down_ref,
+    silu_down,
+    silu_down_ref,
+)
+from hlcore.quant import FP8_DTYPE, per_token_fp8_quant_ref, per_token_group_fp8_quant_ref
 from hlcore.quant_kernels import per_token_fp8_quant
 from hlcore.scaled_mm import scaled_mm_ref
 from hlcore.testing import rel_error, tolerance
@@ -143,3 +150,74 @@ def test_bad_inputs_name_the_tensor():
         silu_down(h, torch.zeros((1, 3)), b[:, :32].contiguous().t().contiguous().t(), scale_b[:32])
     with pytest.raises(ValueError, match=r"silu_down: h must be a 2-D"):
         silu_down(h.to(FP8_DTYPE), torch.zeros((1, 2)), b, scale_b)
+
+
+@pytest.mark.parametrize("m", [1, 3, 32])
+def test_gate_up_silu_quantizes_each_tile_as_vllms_group_quantizer(m):
+    """With quantize, q holds h in 1 x block_n groups: the scales of per_token_group_fp8_quant_ref on
+    the kernel's own bf16 h and, in Helion's eager mode, its bytes (the eager interpreter runs one
+    tile: one group per row; Triton's interpreter rounds fp8 casts wrongly). A zero row stays zero."""
+    gen = torch.Generator().manual_seed(30 + m)
+    k, d = 128, 192
+    a, scale_a = _activation(m, k, gen, zero_rows=[0])
+    b, scale_b = _weight(2 * d, k, gen)
+    h, parts_h = gate_up_silu(a, b, scale_a, scale_b, config=GATE_UP)
+    q, parts = gate_up_silu(a, b, scale_a, scale_b, quantize=True, config=GATE_UP)
+    assert q.dtype == FP8_DTYPE and q.shape == (m, d) and torch.equal(parts, parts_h)
+    group = d // parts.shape[0]
+    q_ref, s_ref = per_token_group_fp8_quant_ref(h, group)
+    assert torch.equal(s_ref, parts.t().clamp(min=1e-10) / 448)
+    assert not q[0].float().any()
+    if FP8_EXACT:
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+
+
+@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("split_k,swap_ab", [(1, False), (1, True), (4, True)])
+def test_group_down_equals_its_dequantized_reference(m, split_k, swap_ab):
+    """group_down on q and its group amax equals the fp32 product of the dequantized operands."""
+    gen = torch.Generator().manual_seed(40 + m)
+    d, n = 256, 96
+    h = (torch.randn((m, d), generator=gen) * torch.exp(torch.randn((m, 1), generator=gen))).bfloat16()
+    q, scale = per_token_group_fp8_quant_ref(h, 64)
+    parts = (scale * 448).t().contiguous()
+    b, scale_b = _weight(n, d, gen)
+    out_dtype = torch.bfloat16 if split_k == 1 else torch.float32  # Triton's interpreter: no bf16 atomics
+    out = group_down(q, parts, b, scale_b, out_dtype, config={**DOWN, "split_k": split_k, "swap_ab": swap_ab})
+    assert out.shape == (m, n) and out.dtype == out_dtype
+    assert rel_error(out, group_down_ref(q, parts, b, scale_b, torch.float32)) <= tolerance(
+        "fp8_dynamic", out_dtype
+    )
+
+
+@pytest.mark.parametrize("m", [1, 8])
+def test_the_grouped_pair_is_within_fp8_dynamics_tolerance_of_vllms_mlp(m):
+    """gate_up_silu(quantize) -> group_down against the fp32 reference of vLLM's FP8_Dynamic chain
+    (per-token scales): other bytes (1 x block_n groups), within the format's tolerance."""
+    gen = torch.Generator().manual_seed(50 + m)
+    k, d, n = 128, 192, 128
+    a, scale_a = _activation(m, k, gen)
+    b_gu, s_gu = _weight(2 * d, k, gen)
+    b_down, s_down = _weight(n, d, gen)
+    q, parts = gate_up_silu(a, b_gu, scale_a, s_gu, quantize=True, config=GATE_UP)
+    out = group_down(q, parts, b_down, s_down, config=DOWN)
+    ref = silu_down_ref(gate_up_silu_ref(a, b_gu, scale_a, s_gu), b_down, s_down, torch.float32)
+    if not FP8_EXACT:  # Triton's interpreter: the reference on the interpreter's own bytes
+        ref = group_down_ref(q, parts, b_down, s_down, torch.float32)
+    assert rel_error(out, ref) <= tolerance("fp8_dynamic", torch.bfloat16)
+
+
+def test_grouped_bad_inputs_name_the_tensor():
+    gen = torch.Generator().manual_seed(3)
+    a, scale_a = _activation(2, 64, gen)
+    b, scale_b = _weight(2 * 96, 64, gen)
+    with pytest.raises(ValueError, match=r"quantize needs d=96 to be a multiple of block_n=64"):
+        gate_up_silu(a, b, scale_a, scale_b, quantize=True, config=GATE_UP)
+    q = torch.zeros((2, 96), dtype=FP8_DTYPE)
+    b_down, s_down = _weight(32, 96, gen)
+    with pytest.raises(
+        ValueError, match=r"group_down: amax_parts must be float32 \[P, M=2\] with P dividing d=96"
+    ):
+        group_down(q, torch.zeros((5, 2)), b_down, s_down)
+    with pytest.raises(ValueError, match=r"group_down: q must be a 2-D"):
+        group_down(q.float(), torch.zeros((1, 2)), b_down, s_down)

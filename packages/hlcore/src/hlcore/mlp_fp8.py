@@ -20,9 +20,15 @@ Here it is two launches:
   bytes of :func:`hlcore.quant.per_token_fp8_quant_ref`) and runs the down GEMM; split-K (adding
   into a zeroed output, as :func:`hlcore.scaled_mm.scaled_mm`) and swap-AB as tunables.
 
+A second pair trades FP8_Dynamic's exact bytes for a lighter down GEMM: :func:`gate_up_silu` with
+``quantize=True`` writes h as e4m3 quantized per 1 x ``block_n`` group with the tile's own amax
+(vLLM's ``per_token_group_fp8_quant`` arithmetic), and :func:`group_down` runs the down GEMM on those
+bytes like a Block_FP8 GEMM (each group's partial product scaled in the K loop, the per-channel
+weight scale at the end): no quantization in the down GEMM's loop, finer scales than per token.
+
 So the ``silu_and_mul`` + quantization kernel of vLLM's decode step (one per layer) is not
 launched. Same arithmetic as vLLM's chain; references :func:`gate_up_silu_ref`, :func:`silu_down_ref`
-(fp32 math with vLLM's roundings). A candidate for "The decode linear layer
+(fp32 math with vLLM's roundings), :func:`group_down_ref`. A candidate for "The decode linear layer
 as one kernel" (docs/scaled-mm.md), measured by ``lab/scripts/mlp_fp8_bench.py``; not used by hlvllm.
 """
 
@@ -41,7 +47,7 @@ from hlcore.arg_checks import check_fp8_weight, check_one_device, check_per_chan
 from hlcore.aux_configs import config_json
 from hlcore.helion_compat import config_kernel
 from hlcore.quant import FP8_DTYPE, FP8_MAX, FP8_MIN_SCALE, per_token_fp8_quant_ref
-from hlcore.quant_kernels import F32_MAX
+from hlcore.quant_kernels import F32_MAX, GROUP_EPS
 from hlcore.scaled_mm import scaled_mm_ref
 
 #: ``block_sizes = [block_m, block_n, block_k]``; ``block_n`` tiles ``d`` (gate_up) or ``N`` (down).
@@ -56,7 +62,8 @@ def _gate_up_silu_body(
     scale_a: torch.Tensor,  # fp32 [M, 1]
     scale_gate: torch.Tensor,  # fp32 [d, 1]
     scale_up: torch.Tensor,  # fp32 [d, 1]
-    out_dtype: torch.dtype,
+    out_dtype: torch.dtype,  # the GEMM's and SiLU-and-mul's rounding
+    h_dtype: torch.dtype,  # e4m3: h quantized with its tile's row amax (1 x block_n groups); else out_dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     m = a.size(0)
     k = hl.specialize(a.size(1))
@@ -65,7 +72,7 @@ def _gate_up_silu_body(
     # [block_m, block_n, block_k] in that order); the kernel sizes amax_parts itself, so it holds one
     # row per N tile in every mode (Helion's eager interpreter runs a loop as one tile)
     block_n = hl.register_block_size(d)
-    h = torch.empty([m, d], dtype=out_dtype, device=a.device)
+    h = torch.empty([m, d], dtype=h_dtype, device=a.device)
     amax_parts = torch.empty([helion.cdiv(d, block_n), m], dtype=torch.float32, device=a.device)
     for tile_m, tile_n in hl.tile([m, d], block_size=[None, block_n]):
         # swap-AB always (the decode case: the weight's rows fill the MMA's M); a swap_ab tunable with
@@ -82,9 +89,16 @@ def _gate_up_silu_body(
         gate = (acc_g * row_scale * scale_gate[tile_n, 0][None, :]).to(out_dtype).to(torch.float32)
         up = (acc_u * row_scale * scale_up[tile_n, 0][None, :]).to(out_dtype).to(torch.float32)
         silu = (gate * torch.sigmoid(gate)).to(out_dtype)  # F.silu rounds to the input dtype
-        h_tile = (silu.to(torch.float32) * up).to(out_dtype)
-        h[tile_m, tile_n] = h_tile
-        amax_parts[tile_n.id, tile_m] = torch.amax(torch.abs(h_tile.to(torch.float32)), dim=1)
+        h_tile = (silu.to(torch.float32) * up).to(out_dtype).to(torch.float32)
+        amax = torch.amax(torch.abs(h_tile), dim=1)
+        amax_parts[tile_n.id, tile_m] = amax
+        if (
+            h_dtype == FP8_DTYPE
+        ):  # vLLM's per_token_group_fp8_quant of the tile (hlcore.quant_kernels.fp8_group_rows)
+            group_scale = torch.clamp(torch.clamp(amax, max=F32_MAX), min=GROUP_EPS) / FP8_MAX
+            h[tile_m, tile_n] = torch.clamp(h_tile / group_scale[:, None], -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        else:
+            h[tile_m, tile_n] = h_tile.to(out_dtype)
     return h, amax_parts
 
 
@@ -127,14 +141,53 @@ def _silu_down_body(
     return out
 
 
-_BODIES = {"gate_up_silu": _gate_up_silu_body, "silu_down": _silu_down_body}
+def _group_down_body(
+    q: torch.Tensor,  # [M, d] e4m3, d contiguous
+    amax_parts: torch.Tensor,  # fp32 [P, M]: row amax of each 1 x (d / P) group of h
+    w_down: torch.Tensor,  # [N, d] fp8, d contiguous
+    scale_down: torch.Tensor,  # fp32 [N, 1]
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    m = q.size(0)
+    k = hl.specialize(q.size(1))
+    n = hl.specialize(w_down.size(0))
+    group = k // hl.specialize(amax_parts.size(0))
+    out = torch.empty([m, n], dtype=out_dtype, device=q.device)
+    split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
+    swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
+    k_chunk = helion.next_power_of_2(helion.cdiv(helion.cdiv(k, group), split_k)) * group  # whole groups
+    if split_k > 1:  # the split-K programs add into `out`
+        out.zero_()
+    for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
+        res = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        res_t = hl.zeros([tile_n, tile_m], dtype=torch.float32)
+        for tile_kb in hl.tile(outer_k.begin, outer_k.end, block_size=group):
+            amax = amax_parts[tile_kb.begin // group, tile_m]
+            group_scale = torch.clamp(torch.clamp(amax, max=F32_MAX), min=GROUP_EPS) / FP8_MAX
+            if swap_ab:
+                part_t = hl.dot(w_down[tile_n, tile_kb], q[tile_m, tile_kb].t(), out_dtype=torch.float32)
+                res_t = res_t + part_t * group_scale[None, :]
+            else:
+                part = hl.dot(q[tile_m, tile_kb], w_down[tile_n, tile_kb].t(), out_dtype=torch.float32)
+                res = res + part * group_scale[:, None]
+        if swap_ab:
+            res = res_t.t()
+        res = res * scale_down[tile_n, 0][None, :]
+        if split_k == 1:
+            out[tile_m, tile_n] = res.to(out.dtype)
+        else:
+            hl.atomic_add(out, [tile_m, tile_n], res.to(out.dtype))
+    return out
+
+
+_BODIES = {"gate_up_silu": _gate_up_silu_body, "silu_down": _silu_down_body, "group_down": _group_down_body}
 OUT_DTYPES = (torch.bfloat16, torch.float16)
 
 
 @functools.cache
 def _kernel_for(kind: str, config_text: str):
     config = dict(helion.Config.from_json(config_text))
-    extra = {"split_k": 1, "swap_ab": False} if kind == "silu_down" else {}
+    extra = {} if kind == "gate_up_silu" else {"split_k": 1, "swap_ab": False}
     return config_kernel(_BODIES[kind], config_text, lambda: helion.Config(**{**extra, **config}))
 
 
@@ -149,9 +202,11 @@ def gate_up_silu(
     scale_b: torch.Tensor,
     out_dtype: torch.dtype = torch.bfloat16,
     *,
+    quantize: bool = False,
     config: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``h = silu_and_mul(bf16(A @ B * scale_a * scale_b))`` and its per-tile row amax, one launch.
+    """``h = silu_and_mul(bf16(A @ B * scale_a * scale_b))`` and its per-tile row amax, one launch;
+    with ``quantize``, h leaves the kernel as e4m3 in 1 x ``block_n`` groups (:func:`group_down`).
 
     Args:
         a: ``[M, K]`` float8_e4m3fn activations, K contiguous (vLLM's per-token quantized input).
@@ -159,13 +214,17 @@ def gate_up_silu(
             columns ``0..d-1``, up in ``d..2 d-1``, as ``MergedColumnParallelLinear`` stacks them).
         scale_a: float32 per-token scales, ``M`` elements. scale_b: float32 per-channel, ``2 d``.
         out_dtype: bfloat16 or float16 (the dtype vLLM's GEMM writes and SiLU-and-mul rounds to).
+        quantize: return h quantized per 1 x ``block_n`` group instead (vLLM's
+            ``per_token_group_fp8_quant`` arithmetic: ``scale = max(amax, 1e-10) / 448``, ``q =
+            e4m3(clamp(h / scale, ±448))``, amax of the group's bf16 values); d must be a multiple of
+            ``block_n``.
         config: ``{"block_sizes": [block_m, block_n, block_k], "num_warps", "num_stages", ...}``;
             default :data:`GATE_UP_CONFIG`. Always swap-AB; no split-K.
 
     Returns:
-        ``(h [M, d] out_dtype, amax_parts [ceil(d / block_n), M] float32)``: row ``p`` of
-        ``amax_parts`` is ``max |h[:, p * block_n : (p + 1) * block_n]|`` per row; input of
-        :func:`silu_down`.
+        ``(h [M, d], amax_parts [ceil(d / block_n), M] float32)``: h in ``out_dtype`` (``quantize``:
+        e4m3); row ``p`` of ``amax_parts`` is ``max |h[:, p * block_n : (p + 1) * block_n]|`` (of the
+        bf16 values) per row; inputs of :func:`silu_down` (:func:`group_down` with ``quantize``).
 
     Raises:
         ValueError: a tensor of the wrong shape, dtype, layout or device (named), or a config with
@@ -192,15 +251,26 @@ def gate_up_silu(
     cfg.pop("split_k", None)
     cfg.pop("swap_ab", None)  # always swapped
     d = n2 // 2
+    if quantize and d % _block_n(cfg):
+        raise ValueError(f"{name}: quantize needs d={d} to be a multiple of block_n={_block_n(cfg)}")
     if m == 0:
         parts = torch.empty((-(-d // _block_n(cfg)), 0), dtype=torch.float32, device=a.device)
-        return torch.empty((0, d), dtype=out_dtype, device=a.device), parts
+        return torch.empty((0, d), dtype=FP8_DTYPE if quantize else out_dtype, device=a.device), parts
     a = a if a.stride(1) == 1 else a.contiguous()
     w = b.t()  # [2 d, K], K contiguous
     sb = scale_b.reshape(n2, 1)
     block_m, block_n, block_k = cfg["block_sizes"]
     text = config_json({**cfg, "block_sizes": [block_n, block_m, block_k]}, name)  # Helion's order
-    h, parts = _kernel_for(name, text)(a, w[:d], w[d:], scale_a.reshape(m, 1), sb[:d], sb[d:], out_dtype)
+    h, parts = _kernel_for(name, text)(
+        a,
+        w[:d],
+        w[d:],
+        scale_a.reshape(m, 1),
+        sb[:d],
+        sb[d:],
+        out_dtype,
+        FP8_DTYPE if quantize else out_dtype,
+    )
     return h, parts
 
 
@@ -251,6 +321,77 @@ def silu_down(
     return _kernel_for(name, config_json(cfg, name))(
         h, amax_parts.contiguous(), b.t(), scale_b.reshape(n, 1), out_dtype
     )
+
+
+def group_down(
+    q: torch.Tensor,
+    amax_parts: torch.Tensor,
+    b: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    *,
+    config: Any = None,
+) -> torch.Tensor:
+    """``out = Σ_g (q_g @ B_g) * s_g * scale_b``: the down GEMM on :func:`gate_up_silu`'s
+    ``quantize`` output, one launch, no quantization inside.
+
+    Args:
+        q: ``[M, d]`` float8_e4m3fn, d contiguous, quantized in ``P`` groups of ``d / P`` columns.
+        amax_parts: float32 ``[P, M]``, each group's row amax; its scale is ``max(amax, 1e-10) / 448``.
+        b: ``[d, N]`` float8_e4m3fn down weight, column-major. scale_b: float32 per-channel, N.
+        out_dtype: bfloat16, float16 or float32.
+        config: ``{"block_sizes": [block_m, block_n] (a third entry is ignored: the K tile is the
+            group), "split_k", "swap_ab", ...}``; default :data:`DOWN_CONFIG`.
+
+    Not FP8_Dynamic's bytes (per-token scales): 1 x (d / P) groups, nearer the unquantized MLP.
+    Raises ``ValueError`` naming a wrong tensor, or when P does not divide d.
+    """
+    name = "group_down"
+    if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.dtype != FP8_DTYPE:
+        raise ValueError(f"{name}: q must be a 2-D [M, d] float8_e4m3fn tensor; got {describe(q)}")
+    m, d = q.shape
+    n = check_fp8_weight(name, b, d)
+    check_per_channel_scale(name, scale_b, n)
+    if (
+        not isinstance(amax_parts, torch.Tensor)
+        or amax_parts.dim() != 2
+        or amax_parts.dtype != torch.float32
+        or amax_parts.shape[1] != m
+        or amax_parts.shape[0] < 1
+        or d % amax_parts.shape[0]
+    ):
+        raise ValueError(
+            f"{name}: amax_parts must be float32 [P, M={m}] with P dividing d={d}; got {describe(amax_parts)}"
+        )
+    if out_dtype not in (*OUT_DTYPES, torch.float32):
+        raise ValueError(f"{name}: out_dtype must be bfloat16, float16 or float32; got {out_dtype}")
+    check_one_device(name, q=q, amax_parts=amax_parts, b=b, scale_b=scale_b)
+    if m == 0:
+        return torch.empty((0, n), dtype=out_dtype, device=q.device)
+    cfg = dict(DOWN_CONFIG if config is None else _json_config(config, name))
+    cfg["block_sizes"] = list(cfg["block_sizes"])[:2]
+    return _kernel_for(name, config_json(cfg, name))(
+        q if q.stride(1) == 1 else q.contiguous(),
+        amax_parts.contiguous(),
+        b.t(),
+        scale_b.reshape(n, 1),
+        out_dtype,
+    )
+
+
+def group_down_ref(
+    q: torch.Tensor,
+    amax_parts: torch.Tensor,
+    b: torch.Tensor,
+    scale_b: torch.Tensor,
+    out_dtype=torch.bfloat16,
+) -> torch.Tensor:
+    """fp32 reference of :func:`group_down`: ``q`` dequantized with each group's scale, times the
+    dequantized weight, rounded once."""
+    group = q.shape[1] // amax_parts.shape[0]
+    scale = amax_parts.t().clamp(max=F32_MAX).clamp(min=GROUP_EPS) / FP8_MAX  # [M, P]
+    a32 = q.to(torch.float32) * scale.repeat_interleave(group, dim=1)
+    return (a32 @ (b.to(torch.float32) * scale_b.reshape(1, -1))).to(out_dtype)
 
 
 def _json_config(config: Any, who: str) -> dict:
