@@ -12,14 +12,17 @@
 #        JIT-compiles inside its timed generates (2026-12-03 night, EB as one call without a prewarm:
 #        both engines stalled 10-40 s per concurrency on JIT compiles and the on engine was killed).
 #        Join: `hltools bench merge-e2e EB0/e2e-8b-block-off/*.json EB1/e2e-8b-block-on/*.json --output DIR`
+#   MF   issue 22: lab/scripts/mlp_fp8_bench.py, Qwen3-8B's FP8_Dynamic MLP at M 1-32: three launches
+#        (Helion and, with the bundle, CUTLASS GEMMs) vs hlcore.mlp_fp8's two and grouped pairs
+#        (2026-12-03 night ran M 1 / 8 without the grouped pair)
 #   other phases: as in 2026-12-13.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|<a phase of 2026-12-13.sh>
-# Next session: EB0 (LIMIT=585), EB1 (LIMIT=330) at once after it, then EI (LIMIT=560).
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|MF|<a phase of 2026-12-13.sh>
+# Next session: EB0 (LIMIT=585), EB1 (LIMIT=330) at once after it, then EI (LIMIT=560), MF (LIMIT=300).
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in EF | EI | EB0 | EB1) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
+case $phase in EF | EI | EB0 | EB1 | MF) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels HL_DISPATCH_AT=capture HL_PRECOMPILE_PROCESSES=8  # off loads no plugin
@@ -37,6 +40,8 @@ EB0) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
 EB1) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
     e2e e2e-8b-block-on qwen3-8b block_fp8 1 --plugins on --repeats 3 --ttft-lens 128,1024 \
         --ttft-repeats 20 --timeout 280 ;;
+MF) OUT=$O run mlp-fp8-bench 280 python3 lab/scripts/mlp_fp8_bench.py --budget-s 200
+    sed -n '/^| M |/,$p' "$O/mlp-fp8-bench.log" ;;
 esac
 grep -rhoE "Helion kernels at CUDA-graph capture.*|init engine.*" "$O" --include='*.log' | cut -c1-240
 phase_end
