@@ -300,27 +300,7 @@ def silu_down(
     name = "silu_down"
     if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.dtype not in OUT_DTYPES:
         raise ValueError(f"{name}: h must be a 2-D [M, d] bfloat16/float16 tensor; got {describe(h)}")
-    m, d = h.shape
-    n = check_fp8_weight(name, b, d)
-    check_per_channel_scale(name, scale_b, n)
-    if (
-        not isinstance(amax_parts, torch.Tensor)
-        or amax_parts.dim() != 2
-        or amax_parts.dtype != torch.float32
-        or amax_parts.shape[1] != m
-        or amax_parts.shape[0] < 1
-    ):
-        raise ValueError(f"{name}: amax_parts must be float32 [P >= 1, M={m}]; got {describe(amax_parts)}")
-    if out_dtype not in (*OUT_DTYPES, torch.float32):
-        raise ValueError(f"{name}: out_dtype must be bfloat16, float16 or float32; got {out_dtype}")
-    check_one_device(name, h=h, amax_parts=amax_parts, b=b, scale_b=scale_b)
-    if m == 0:
-        return torch.empty((0, n), dtype=out_dtype, device=h.device)
-    h = h if h.stride(1) == 1 else h.contiguous()
-    cfg = DOWN_CONFIG if config is None else _json_config(config, name)
-    return _kernel_for(name, config_json(cfg, name))(
-        h, amax_parts.contiguous(), b.t(), scale_b.reshape(n, 1), out_dtype
-    )
+    return _down(name, h, amax_parts, b, scale_b, out_dtype, DOWN_CONFIG if config is None else config)
 
 
 def group_down(
@@ -349,33 +329,37 @@ def group_down(
     name = "group_down"
     if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.dtype != FP8_DTYPE:
         raise ValueError(f"{name}: q must be a 2-D [M, d] float8_e4m3fn tensor; got {describe(q)}")
-    m, d = q.shape
+    return _down(name, q, amax_parts, b, scale_b, out_dtype, DOWN_CONFIG if config is None else config)
+
+
+def _down(name: str, x, amax_parts, b, scale_b, out_dtype, config) -> torch.Tensor:
+    """Checks and launch shared by :func:`silu_down` (``x`` = h) and :func:`group_down` (``x`` = q,
+    whose groups must divide d)."""
+    m, d = x.shape
     n = check_fp8_weight(name, b, d)
     check_per_channel_scale(name, scale_b, n)
+    grouped = name == "group_down"
     if (
         not isinstance(amax_parts, torch.Tensor)
         or amax_parts.dim() != 2
         or amax_parts.dtype != torch.float32
         or amax_parts.shape[1] != m
         or amax_parts.shape[0] < 1
-        or d % amax_parts.shape[0]
+        or (grouped and d % amax_parts.shape[0])
     ):
-        raise ValueError(
-            f"{name}: amax_parts must be float32 [P, M={m}] with P dividing d={d}; got {describe(amax_parts)}"
-        )
+        need = f"[P, M={m}] with P dividing d={d}" if grouped else f"[P >= 1, M={m}]"
+        raise ValueError(f"{name}: amax_parts must be float32 {need}; got {describe(amax_parts)}")
     if out_dtype not in (*OUT_DTYPES, torch.float32):
         raise ValueError(f"{name}: out_dtype must be bfloat16, float16 or float32; got {out_dtype}")
-    check_one_device(name, q=q, amax_parts=amax_parts, b=b, scale_b=scale_b)
+    check_one_device(name, x=x, amax_parts=amax_parts, b=b, scale_b=scale_b)
     if m == 0:
-        return torch.empty((0, n), dtype=out_dtype, device=q.device)
-    cfg = dict(DOWN_CONFIG if config is None else _json_config(config, name))
-    cfg["block_sizes"] = list(cfg["block_sizes"])[:2]
+        return torch.empty((0, n), dtype=out_dtype, device=x.device)
+    cfg = _json_config(config, name)
+    if grouped:  # the K tile is the group
+        cfg["block_sizes"] = list(cfg["block_sizes"])[:2]
+    x = x if x.stride(1) == 1 else x.contiguous()
     return _kernel_for(name, config_json(cfg, name))(
-        q if q.stride(1) == 1 else q.contiguous(),
-        amax_parts.contiguous(),
-        b.t(),
-        scale_b.reshape(n, 1),
-        out_dtype,
+        x, amax_parts.contiguous(), b.t(), scale_b.reshape(n, 1), out_dtype
     )
 
 
