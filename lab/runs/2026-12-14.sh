@@ -18,7 +18,8 @@
 #   other phases: as in 2026-12-13.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|MF|<a phase of 2026-12-13.sh>
-# Next session: EB0 (LIMIT=585), EB1 (LIMIT=330) at once after it, then EI (LIMIT=560), MF (LIMIT=300).
+# Next session: EB0 (LIMIT=585), EB1 (LIMIT=330) at once after it, then EI (LIMIT=560); MF (LIMIT=300) with
+# what is left (it needs no bundle: helion from .hlwheels, as AB).
 set -u
 phase=$1
 here=$(dirname "$0")
@@ -40,7 +41,11 @@ EB0) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
 EB1) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
     e2e e2e-8b-block-on qwen3-8b block_fp8 1 --plugins on --repeats 3 --ttft-lens 128,1024 \
         --ttft-repeats 20 --timeout 280 ;;
-MF) OUT=$O run mlp-fp8-bench 280 python3 lab/scripts/mlp_fp8_bench.py --budget-s 200
+MF) if ! python3 -c "import helion" 2>/dev/null; then  # no bundle: helion from .hlwheels
+        python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
+        export PYTHONPATH=${PYTHONPATH:-}:/tmp/helion
+    fi
+    OUT=$O run mlp-fp8-bench 280 python3 lab/scripts/mlp_fp8_bench.py --budget-s 200
     sed -n '/^| M |/,$p' "$O/mlp-fp8-bench.log" ;;
 esac
 grep -rhoE "Helion kernels at CUDA-graph capture.*|init engine.*" "$O" --include='*.log' | cut -c1-240
