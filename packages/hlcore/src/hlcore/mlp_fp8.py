@@ -35,6 +35,7 @@ as one kernel" (docs/scaled-mm.md), measured by ``lab/scripts/mlp_fp8_bench.py``
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 import helion
@@ -300,7 +301,7 @@ def silu_down(
     name = "silu_down"
     if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.dtype not in OUT_DTYPES:
         raise ValueError(f"{name}: h must be a 2-D [M, d] bfloat16/float16 tensor; got {describe(h)}")
-    return _down(name, h, amax_parts, b, scale_b, out_dtype, DOWN_CONFIG if config is None else config)
+    return _down(name, h, amax_parts, b, scale_b, out_dtype, config)
 
 
 def group_down(
@@ -329,7 +330,7 @@ def group_down(
     name = "group_down"
     if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.dtype != FP8_DTYPE:
         raise ValueError(f"{name}: q must be a 2-D [M, d] float8_e4m3fn tensor; got {describe(q)}")
-    return _down(name, q, amax_parts, b, scale_b, out_dtype, DOWN_CONFIG if config is None else config)
+    return _down(name, q, amax_parts, b, scale_b, out_dtype, config)
 
 
 def _down(name: str, x, amax_parts, b, scale_b, out_dtype, config) -> torch.Tensor:
@@ -354,7 +355,7 @@ def _down(name: str, x, amax_parts, b, scale_b, out_dtype, config) -> torch.Tens
     check_one_device(name, x=x, amax_parts=amax_parts, b=b, scale_b=scale_b)
     if m == 0:
         return torch.empty((0, n), dtype=out_dtype, device=x.device)
-    cfg = _json_config(config, name)
+    cfg = _json_config(DOWN_CONFIG if config is None else config, name)
     if grouped:  # the K tile is the group
         cfg["block_sizes"] = list(cfg["block_sizes"])[:2]
     x = x if x.stride(1) == 1 else x.contiguous()
@@ -380,8 +381,6 @@ def group_down_ref(
 
 def _json_config(config: Any, who: str) -> dict:
     """``config`` (a ``helion.Config``, a dict or its JSON) as a dict."""
-    import json
-
     return json.loads(config_json(config, who))
 
 

@@ -211,11 +211,11 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
 
     def scale_a_like(self, m: int, groups: int, device) -> torch.Tensor:
         """fp32 ones ``[m, groups]`` in the layout the Helion GEMM will read (hlcore's kernel cache
-        keys on every argument's strides, so a precompiled kernel must see the real call's): row-major from our own quantizer
-        in the op design; at capture, the layout vLLM's block kernel quantizes into (its
-        ``QuantFP8``'s ``column_major_scales`` / ``tma_aligned_scales``; vLLM's
-        ``per_token_group_quant_fp8``: column-major, strides ``(1, m)``, or TMA-aligned ``(1, m
-        rounded up to a multiple of 4)``)."""
+        keys on every argument's strides, so a precompiled kernel must see the real call's):
+        row-major from our own quantizer in the op design; at capture, the layout vLLM's block
+        kernel quantizes into (its ``QuantFP8``'s ``column_major_scales`` / ``tma_aligned_scales``;
+        vLLM's ``per_token_group_quant_fp8``: column-major, strides ``(1, m)``, or TMA-aligned
+        ``(1, m rounded up to a multiple of 4)``)."""
         quant = getattr(self.fallback, "quant_fp8", None) if self.at_capture else None
         if quant is None or not getattr(quant, "column_major_scales", False):
             return torch.ones((m, groups), dtype=torch.float32, device=device)
