@@ -124,6 +124,25 @@ def test_call_key_is_exact_metadata():
     assert key != kc.call_key((x, y, None, torch.bfloat16, 128, 1e-6))  # an int's value
     assert kc.call_key((x, float("nan"))) == kc.call_key((x, float("nan")))
     assert kc.call_key((x, [1, 2])) is None  # other kinds: Helion's own call
+    # a layer's nn.Parameter (what vLLM's compiled graph hands its GEMM op) keys as its tensor does
+    param = torch.nn.Parameter(torch.zeros(8, 256), requires_grad=False)
+    assert kc.call_key((x, param, None, torch.bfloat16, 0, 1e-6)) == key
+
+
+@needs_codegen
+def test_parameter_argument_loads_the_entry_a_tensor_wrote(cache_dir):
+    # Block_FP8 hands scale_b to the kernel as given: at CUDA-graph capture vLLM passes the layer's
+    # weight_scale_inv Parameter, while the precompile workers ran with plain tensors (2026-12-04:
+    # 21 of 21 precompiled kernels missed on the H200 for this reason)
+    d = sm.generate_scaled_mm_inputs(4, 256, 256, fmt="block_fp8", device=DEVICE, seed=3)
+    args = {k: d[k] for k in ("a", "b", "scale_a", "scale_b", "out_dtype")}
+    out = sm.scaled_mm(**args, block_size=(128, 128), config=CFG)
+    assert len(_entries(cache_dir, "_scaled_mm_body")) == 1
+    _clear_kernels()
+    args["scale_b"] = torch.nn.Parameter(d["scale_b"], requires_grad=False)
+    before = kc.stats()
+    assert torch.equal(sm.scaled_mm(**args, block_size=(128, 128), config=CFG), out)
+    assert _stats_delta(before) == {"disk_hits": 1, "misses": 0, "writes": 0, "errors": 0}
 
 
 def test_stable_repr_has_no_addresses_and_sorted_sets():

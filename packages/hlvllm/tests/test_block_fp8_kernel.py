@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hlcore.quant import per_block_fp8_quant_ref
+from hlcore.quant import per_block_fp8_quant_ref, per_token_group_fp8_quant_ref
 from hlcore.scaled_mm import scaled_mm_ref
 from hlcore.testing import rel_error, tolerance
 
@@ -285,3 +285,57 @@ def test_block_precompile_sees_the_scale_layout_vllms_quantizer_writes(cuda_like
         block_size=(128, 128),
     )  # fmt: skip
     assert rel_error(ones, ref) <= tolerance("block_fp8", torch.bfloat16)
+
+
+@pytest.mark.triton_interpret  # the kernel cache stores generated code
+def test_block_precompile_entry_is_the_one_the_captured_call_loads(cuda_like, graphs_on_config, tmp_path):
+    """At capture vLLM's DeepGEMM op hands over the layer's own ``nn.Parameter``s (weight,
+    ``weight_scale_inv``) and a TMA-aligned column-major scale_a; the precompile workers ran the GEMM
+    on plain tensors of the same metadata. The captured call must load their kernel-cache entry
+    (the H200 on 2026-12-04 compiled all 21 Block_FP8 kernels again at capture: a Parameter keyed
+    apart from a tensor)."""
+    import types
+
+    from hlcore import kernel_cache, kernel_pool
+    from hlcore import scaled_mm as sm
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel
+    from hlvllm.gemm import helion_scaled_mm
+    from hlvllm.settings import get_settings
+
+    n, k, m = 200, 300, 3
+    gen, w_q, w_s, layer = _block_layer(n, k, seed=5)
+    cuda_like.setenv("HL_DISPATCH_AT", "capture")
+    cuda_like.setenv("HL_KERNEL_CACHE_DIR", str(tmp_path / "kc"))
+    get_settings.cache_clear()
+    sm._kernel_for.cache_clear()
+    try:
+        kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
+        quant = types.SimpleNamespace(column_major_scales=True, tma_aligned_scales=True)
+        cuda_like.setattr(kernel.fallback, "quant_fp8", quant, raising=False)
+        with kernel_pool.recording() as jobs:  # what hlvllm.precompile hands the workers
+            kernel.helion_gemm_at(m, layer.weight.data, layer.weight_scale_inv.data, torch.bfloat16, None)
+        assert len(jobs) == 1 and kernel_pool.run_jobs(jobs)[0]["error"] is None
+        sm._kernel_for.cache_clear()  # a new process's kernels: only the files remain
+
+        x = torch.randn(m, k, generator=gen)
+        q, scale_a = per_token_group_fp8_quant_ref(x)
+        scale_a_tma = kernel.scale_a_like(m, scale_a.shape[1], "cpu").copy_(scale_a)
+        assert scale_a_tma.stride() == (1, 4)
+        out = torch.empty((m, n), dtype=torch.bfloat16)
+        before = kernel_cache.stats()
+        helion_scaled_mm(  # the routed call (hlvllm.gemm.scaled_mm_into) on vLLM's own arguments
+            q,
+            layer.weight.t(),
+            scale_a_tma,
+            layer.weight_scale_inv,
+            torch.bfloat16,
+            None,
+            out=out,
+            fmt="block_fp8",
+        )
+        after = kernel_cache.stats()
+        assert (after["disk_hits"] - before["disk_hits"], after["misses"] - before["misses"]) == (1, 0)
+        ref = scaled_mm_ref(q, w_q.t(), scale_a, w_s, torch.bfloat16, block_size=(128, 128))
+        assert rel_error(out, ref) <= tolerance("block_fp8", torch.bfloat16)
+    finally:
+        sm._kernel_for.cache_clear()

@@ -9,7 +9,8 @@ later process loads the generated module from the directory instead: no bind, no
 
 Call path of :class:`CachedKernel` (positional calls only; anything else is Helion's own call):
 
-1. in-process dict, keyed by :func:`call_key`: every argument's exact metadata (tensor type, dtype,
+1. in-process dict, keyed by :func:`call_key`: every argument's exact metadata (a tensor or an
+   ``nn.Parameter``, the same key for both since Helion specializes them alike: dtype,
    shape, strides, storage offset, device, 16-byte alignment of the data pointer; the type and
    value of a scalar, dtype or None) and which arguments are the same tensor. A hit calls the
    stored host function, as Helion's own fast path calls ``BoundKernel._run``; nothing is hashed.
@@ -211,8 +212,8 @@ def call_key(args: Sequence[object]) -> tuple | None:
     tensors = []
     for a in args:
         t = type(a)
-        if t is _Tensor or t is _Parameter:
-            append((t, a.dtype, a.shape, a.stride(), a.storage_offset(), a.device, a.data_ptr() & 15))
+        if t is _Tensor or t is _Parameter:  # one key for both: Helion specializes them alike
+            append((_Tensor, a.dtype, a.shape, a.stride(), a.storage_offset(), a.device, a.data_ptr() & 15))
             tensors.append(a)
         elif t in _PLAIN_TYPES:
             append((t, a))
