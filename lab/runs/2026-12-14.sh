@@ -18,8 +18,11 @@
 #   other phases: as in 2026-12-13.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|MF|<a phase of 2026-12-13.sh>
-# Next session: EB0 (LIMIT=585), EB1 (LIMIT=330) at once after it, then EI (LIMIT=560); MF (LIMIT=300) with
-# what is left (it needs no bundle: helion from .hlwheels, as AB).
+# 2026-12-04 ran EB0, EB1, EI, CDa, MF (lab/results/2026-12-04). Next session, on wheels with ee0d244 (the
+# kernel-cache fix: Block_FP8's captured calls then load the workers' kernels): EB0 (LIMIT=585) and EB1
+# (LIMIT=330) at once after it; then CDi (SETTLE=30 REPEATS=100 LIMIT=400: W8A8_INT8 TTFT in live-engine
+# pairs, to set against CDa's A/A interval) with what is left. Send each call within seconds of the
+# last reply: the machine is reset ~30 s after a call ends (2026-12-04 lost its bundle that way).
 set -u
 phase=$1
 here=$(dirname "$0")
