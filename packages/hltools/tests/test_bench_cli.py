@@ -103,14 +103,14 @@ def test_e2e_dry_run_with_gemm_setting(no_gpu, tmp_path, monkeypatch):
     lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
     assert len(lines) == 6 and "6 engine runs" in _flat(result.output)
     plugins = [ln.split("--plugin ")[1].split()[0] for ln in lines]
-    assert plugins == ["off", "on", "gemm", "off", "on", "gemm"]
-    for off, on, gemm in (lines[:3], lines[3:]):
+    assert plugins == ["off", "on", "gemm", "gemm", "on", "off"]  # round 2 in reverse
+    for off, on, gemm in (lines[:3], lines[3:][::-1]):
         assert "VLLM_PLUGINS='' " in off and "HL_LINEAR_BACKEND" not in off and "HL_AUX_KERNELS" not in off
         assert "HL_LINEAR_BACKEND=helion" in on and "HL_AUX_KERNELS" not in on and "cache-on/" in on
         assert "HL_LINEAR_BACKEND=helion" in gemm and "HL_AUX_KERNELS=none" in gemm
         assert "VLLM_PLUGINS" not in gemm and "cache-gemm/" in gemm
     out = result.output
-    assert out.index("# gemm-r0 (cold caches)") < out.index("# off-r1") < out.index("# gemm-r1 (warm caches)")
+    assert out.index("# gemm-r0 (cold caches)") < out.index("# gemm-r1 (warm caches)") < out.index("# off-r1")
     assert not any(tmp_path.iterdir())
     bad = runner.invoke(
         app, ["bench", "e2e", "--plugins", "off,maybe", "--dry-run", "--output", str(tmp_path)]
@@ -133,8 +133,8 @@ def test_e2e_dry_run_with_five_settings(no_gpu, tmp_path, monkeypatch):
     lines = [ln for ln in result.output.splitlines() if "hltools.e2e worker" in ln]
     assert len(lines) == 10 and "10 engine runs" in _flat(result.output)
     plugins = [ln.split("--plugin ")[1].split()[0] for ln in lines]
-    assert plugins == ["off", "on", "gemm", "aux", "fused"] * 2
-    for off, on, gemm, aux, fused in (lines[:5], lines[5:]):
+    assert plugins == ["off", "on", "gemm", "aux", "fused", "fused", "aux", "gemm", "on", "off"]
+    for off, on, gemm, aux, fused in (lines[:5], lines[5:][::-1]):
         assert "VLLM_PLUGINS='' " in off and "HL_LINEAR_BACKEND" not in off
         assert "HL_LINEAR_BACKEND=helion" in on and "HL_AUX_KERNELS" not in on and "cache-on/" in on
         assert "HL_AUX_KERNELS=none" in gemm and "cache-gemm/" in gemm
@@ -144,7 +144,7 @@ def test_e2e_dry_run_with_five_settings(no_gpu, tmp_path, monkeypatch):
         assert [ln for ln in (off, on, gemm, aux, fused) if "HL_AUX_FUSION" in ln] == [fused]
     out = result.output
     assert (
-        out.index("# fused-r0 (cold caches)") < out.index("# off-r1") < out.index("# fused-r1 (warm caches)")
+        out.index("# fused-r0 (cold caches)") < out.index("# fused-r1 (warm caches)") < out.index("# off-r1")
     )
     assert not any(tmp_path.iterdir())
 

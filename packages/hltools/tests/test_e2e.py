@@ -46,17 +46,26 @@ def test_options_validation():
 
 
 def test_plan_commands_and_environments(tmp_path):
-    specs = e2e.plan_runs(tmp_path, ["off", "on"], rounds=2)
-    assert [(s.name, s.cold) for s in specs] == [
+    specs = e2e.plan_runs(tmp_path, ["off", "on"], rounds=3)
+    assert [(s.name, s.cold) for s in specs] == [  # the order reversed every other round
         ("off-r0", True),
         ("on-r0", True),
-        ("off-r1", False),
         ("on-r1", False),
+        ("off-r1", False),
+        ("off-r2", False),
+        ("on-r2", False),
     ]
     assert (
-        specs[0].cache == specs[2].cache == tmp_path / "cache-off" and specs[1].cache == tmp_path / "cache-on"
+        specs[0].cache == specs[3].cache == tmp_path / "cache-off" and specs[1].cache == tmp_path / "cache-on"
     )
-    assert specs[3].out == tmp_path / "runs" / "on-r1.json"
+    assert specs[2].out == tmp_path / "runs" / "on-r1.json"
+    assert [s.name for s in e2e.plan_runs(tmp_path, ["control", "off", "on"], rounds=2)] == [
+        "control-r0",
+        "off-r0",
+        "on-r0",
+        "on-r1",
+        "off-r1",
+    ]
     with pytest.raises(ValueError, match="plugins"):
         e2e.plan_runs(tmp_path, ["maybe"])
     with pytest.raises(ValueError, match="rounds"):
@@ -296,25 +305,26 @@ def test_plan_runs_alternates_three_settings(tmp_path):
         ("off-r0", True),
         ("on-r0", True),
         ("gemm-r0", True),
-        ("off-r1", False),
+        ("gemm-r1", False),  # reversed in round 1
         ("on-r1", False),
-        ("gemm-r1", False),
+        ("off-r1", False),
     ]
     assert {s.plugin: s.cache for s in specs} == {
         "off": tmp_path / "cache-off",
         "on": tmp_path / "cache-on",
         "gemm": tmp_path / "cache-gemm",
     }
-    assert specs[5].out == tmp_path / "runs" / "gemm-r1.json" and specs[5].log.name == "gemm-r1.log"
+    assert specs[3].out == tmp_path / "runs" / "gemm-r1.json" and specs[3].log.name == "gemm-r1.log"
     assert [s.name for s in e2e.plan_runs(tmp_path, ["gemm", "off"], rounds=1)] == ["gemm-r0", "off-r0"]
     # default: off, on, control; the untimed control in round 0 only
-    assert [s.plugin for s in e2e.plan_runs(tmp_path)] == ["off", "on", "control", "off", "on"]
+    assert [s.plugin for s in e2e.plan_runs(tmp_path)] == ["off", "on", "control", "on", "off"]
 
 
 def test_plan_runs_alternates_four_settings(tmp_path):
     specs = e2e.plan_runs(tmp_path, ["off", "on", "gemm", "fused"], rounds=3)
     names = [s.name for s in specs]
-    assert names == [f"{p}-r{r}" for r in range(3) for p in ("off", "on", "gemm", "fused")]
+    four = ("off", "on", "gemm", "fused")
+    assert names == [f"{p}-r{r}" for r in range(3) for p in (four if r % 2 == 0 else four[::-1])]
     assert [s.cold for s in specs] == [True] * 4 + [False] * 8
     assert {s.plugin: s.cache for s in specs}["fused"] == tmp_path / "cache-fused"
     assert specs[-1].out == tmp_path / "runs" / "fused-r2.json" and specs[-1].log.name == "fused-r2.log"
@@ -682,7 +692,7 @@ def test_run_e2e_with_a_fake_launcher(tmp_path):
         )
         assert cfg["num_hidden_layers"] == 2 and cfg["quantization_config"]["quant_method"] == "fp8"
         log.parent.mkdir(parents=True, exist_ok=True)
-        if args["--plugin"] == "on" and len(launched) == 4:
+        if args["--plugin"] == "on" and len(launched) == 3:  # on-r1: round 1 runs on, then off
             log.write_text("Traceback...\nCUDA error: out of memory\n")
             return 1
         tps = {
@@ -707,8 +717,13 @@ def test_run_e2e_with_a_fake_launcher(tmp_path):
         metadata={"commit": "abc"},
         on_run=lambda spec, ev: events.append((spec.name, ev)),
     )
-    assert launched == [("off", None, "", 600), ("on", "helion", None, 600)] * 2
-    assert events[-2:] == [("on-r1", "start"), ("on-r1", "failed")]
+    assert launched == [
+        ("off", None, "", 600),
+        ("on", "helion", None, 600),
+        ("on", "helion", None, 600),
+        ("off", None, "", 600),
+    ]
+    assert events[-4:-2] == [("on-r1", "start"), ("on-r1", "failed")] and events[-2][0] == "off-r1"
     assert list(report.failed) == ["on-r1"] and "out of memory" in report.failed["on-r1"]
     assert [r["round"] for r in report.runs] == [0, 0, 1]  # the parent's round, not the worker's
     out = tmp_path / "res"
@@ -858,16 +873,20 @@ def test_run_e2e_with_gemm_runs(tmp_path, monkeypatch):
         launcher=launcher,
     )
     work = tmp_path / "e2e-qwen3-1.7b-fp8_dynamic"
-    assert (
-        launched
-        == [
-            ("off", None, None, str(work / "cache-off" / "vllm")),
-            ("on", "helion", None, str(work / "cache-on" / "vllm")),
-            ("gemm", "helion", "none", str(work / "cache-gemm" / "vllm")),
-        ]
-        * 2
-    )
-    assert not report.failed and [r["plugin"] for r in report.runs] == ["off", "on", "gemm"] * 2
+    first = [
+        ("off", None, None, str(work / "cache-off" / "vllm")),
+        ("on", "helion", None, str(work / "cache-on" / "vllm")),
+        ("gemm", "helion", "none", str(work / "cache-gemm" / "vllm")),
+    ]
+    assert launched == first + first[::-1]  # round 1 in reverse
+    assert not report.failed and [r["plugin"] for r in report.runs] == [
+        "off",
+        "on",
+        "gemm",
+        "gemm",
+        "on",
+        "off",
+    ]
     payload = json.loads((tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.json").read_text())
     assert payload["metadata"]["plugins"] == ["off", "on", "gemm"]
     row = payload["summary"]["rows"][1]
@@ -1009,18 +1028,15 @@ def test_run_e2e_with_gemm_aux_and_fused_runs(tmp_path, monkeypatch):
         plugins=plugins,
         launcher=launcher,
     )
-    assert (
-        launched
-        == [
-            ("off", None, None, None),
-            ("on", "helion", None, None),
-            ("gemm", "helion", "none", None),
-            ("aux", "helion", "all", None),
-            ("fused", "helion", None, "1"),
-        ]
-        * 2
-    )
-    assert not report.failed and [r["plugin"] for r in report.runs] == plugins * 2
+    first = [
+        ("off", None, None, None),
+        ("on", "helion", None, None),
+        ("gemm", "helion", "none", None),
+        ("aux", "helion", "all", None),
+        ("fused", "helion", None, "1"),
+    ]
+    assert launched == first + first[::-1]  # round 1 in reverse
+    assert not report.failed and [r["plugin"] for r in report.runs] == plugins + plugins[::-1]
     payload = json.loads((tmp_path / "e2e-qwen3-1.7b-fp8_dynamic.json").read_text())
     assert payload["metadata"]["plugins"] == plugins
     row = payload["summary"]["rows"][1]

@@ -177,7 +177,7 @@ def test_control_is_no_plugin_with_vllms_next_kernel_and_untimed(tmp_path):
     ]  # fmt: skip
     assert "control" not in e2e.HELION_PLUGINS and "control" not in e2e.TIMED_PLUGINS
     specs = e2e.plan_runs(tmp_path, ["control", "off", "on"], rounds=3)
-    assert [s.name for s in specs] == ["control-r0", "off-r0", "on-r0", "off-r1", "on-r1", "off-r2", "on-r2"]
+    assert [s.name for s in specs] == ["control-r0", "off-r0", "on-r0", "on-r1", "off-r1", "off-r2", "on-r2"]
     # an untimed control adds no row and no table column, only the numerics
     s = e2e.summarize(
         [

@@ -302,6 +302,11 @@ def test_block_fp8_gemm_ops_are_routed(routed, monkeypatch, scale_layout):
     assert torch.equal(deep, helion) and torch.equal(block_cutlass, helion)
     assert torch.equal(e8m0, helion2) and not torch.equal(helion2, helion)
     assert bool((blackwell == 7).all())
+    counts, captured = dict(dispatch.DISPATCH_COUNTS), dict(dispatch.CAPTURE_COUNTS)
+    outside = torch.empty((3, n), dtype=torch.bfloat16)
+    op(q, qs, w, ws, outside, False)  # routing over (prefill, eager calls): the op's own kernel only
+    assert calls == [3, 3, 3] and dict(dispatch.DISPATCH_COUNTS) == counts
+    assert dict(dispatch.CAPTURE_COUNTS) == captured and rel_error(outside, ref) == 0
 
 
 def test_a_routing_that_cannot_be_set_up_leaves_vllms_kernel(routed, monkeypatch, caplog):

@@ -4,7 +4,7 @@ The parent (:func:`run_e2e`, CPU-side) writes a ``config.json`` (the model's arc
 ``--layers`` decoder layers and the format's ``quantization_config``; no weights, nothing
 downloaded) and starts one *worker* process per engine run (``python -m hltools.e2e worker ...``,
 :func:`worker_command`), one per *plugin setting* (:data:`PLUGINS`, default ``off``, ``on`` and ``control``) and
-round, the settings alternating, for ``rounds`` rounds:
+round, the settings in turn (reversed every other round), for ``rounds`` rounds:
 
 * ``off``: ``VLLM_PLUGINS=`` (no plugin loaded), vLLM as it ships;
 * ``on``: ``HL_LINEAR_BACKEND=helion``, the plugin's defaults: Helion GEMMs only (``HL_AUX_KERNELS``

@@ -1,5 +1,5 @@
 """What ``hltools bench e2e`` runs: the options every engine run measures with (:class:`E2EOptions`),
-the runs in order (:func:`plan_runs`: plugin settings alternating, round 0 with cold compile caches),
+the runs in order (:func:`plan_runs`: plugin settings in turn, reversed every other round, round 0 with cold compile caches),
 each worker's command line (:func:`worker_command`) and the file names (:func:`e2e_stem`).
 """
 
@@ -103,7 +103,9 @@ class RunSpec:
 
 
 def plan_runs(workdir: Path, plugins: Sequence[str] = DEFAULT_PLUGINS, rounds: int = 2) -> list[RunSpec]:
-    """Runs in execution order: each round runs every plugin setting (alternating), round 0 cold;
+    """Runs in execution order: each round runs every plugin setting, in the given order in even
+    rounds and reversed in odd ones (off, on, on, off, ...: the engine started second has measured
+    slower TTFT and start-up by itself on the H200 VM, lab/results/2026-12-04), round 0 cold;
     ``control`` (untimed: its logprobs are the same in every round) runs in round 0 only."""
     bad = [p for p in plugins if p not in PLUGINS]
     if bad or not plugins:
@@ -120,7 +122,7 @@ def plan_runs(workdir: Path, plugins: Sequence[str] = DEFAULT_PLUGINS, rounds: i
             workdir / f"cache-{p}",
         )
         for r in range(rounds)
-        for p in dict.fromkeys(plugins)
+        for p in (list if r % 2 == 0 else reversed)(dict.fromkeys(plugins))
         if r == 0 or p != "control"
     ]
 
