@@ -279,6 +279,10 @@ def test_block_precompile_sees_the_scale_layout_vllms_quantizer_writes(cuda_like
         (True, False): [(1, 1), (1, 3), (1, 5)],
         (True, True): [(1, 4), (1, 4), (1, 8)],
     }
+    # the precompile's layouts: with TMA-aligned scales also the unpadded one vLLM's SiLU-and-mul +
+    # quant fusion allocates for the down projection, where M is not a multiple of 4
+    strides = {m: [t.stride() for t in kernel.scale_a_layouts(m, 3, "cpu")] for m in (1, 3, 4, 5)}
+    assert strides == {1: [(1, 4), (1, 1)], 3: [(1, 4), (1, 3)], 4: [(1, 4)], 5: [(1, 8), (1, 5)]}
     ones = kernel.helion_gemm_at(5, w_q, w_s, torch.bfloat16, None)
     ref = scaled_mm_ref(
         torch.ones(5, k).to(torch.float8_e4m3fn), w_q.t(), torch.ones(5, 3), w_s, torch.bfloat16,
@@ -314,28 +318,24 @@ def test_block_precompile_entry_is_the_one_the_captured_call_loads(cuda_like, gr
         cuda_like.setattr(kernel.fallback, "quant_fp8", quant, raising=False)
         with kernel_pool.recording() as jobs:  # what hlvllm.precompile hands the workers
             kernel.helion_gemm_at(m, layer.weight.data, layer.weight_scale_inv.data, torch.bfloat16, None)
-        assert len(jobs) == 1 and kernel_pool.run_jobs(jobs)[0]["error"] is None
+        assert len(jobs) == 2 and [r["error"] for r in kernel_pool.run_jobs(jobs)] == [None, None]
         sm._kernel_for.cache_clear()  # a new process's kernels: only the files remain
 
         x = torch.randn(m, k, generator=gen)
         q, scale_a = per_token_group_fp8_quant_ref(x)
-        scale_a_tma = kernel.scale_a_like(m, scale_a.shape[1], "cpu").copy_(scale_a)
-        assert scale_a_tma.stride() == (1, 4)
-        out = torch.empty((m, n), dtype=torch.bfloat16)
-        before = kernel_cache.stats()
-        helion_scaled_mm(  # the routed call (hlvllm.gemm.scaled_mm_into) on vLLM's own arguments
-            q,
-            layer.weight.t(),
-            scale_a_tma,
-            layer.weight_scale_inv,
-            torch.bfloat16,
-            None,
-            out=out,
-            fmt="block_fp8",
-        )
-        after = kernel_cache.stats()
-        assert (after["disk_hits"] - before["disk_hits"], after["misses"] - before["misses"]) == (1, 0)
         ref = scaled_mm_ref(q, w_q.t(), scale_a, w_s, torch.bfloat16, block_size=(128, 128))
-        assert rel_error(out, ref) <= tolerance("block_fp8", torch.bfloat16)
+        # the quant's TMA-aligned scales (o, and qkv / gate_up after the RMSNorm fusion), and the
+        # unpadded column-major ones of the SiLU-and-mul fusion (down)
+        for rows in (4, m):
+            scale_a_vllm = torch.empty_strided((m, scale_a.shape[1]), (1, rows)).copy_(scale_a)
+            out = torch.empty((m, n), dtype=torch.bfloat16)
+            before = kernel_cache.stats()
+            helion_scaled_mm(  # the routed call (hlvllm.gemm.scaled_mm_into) on vLLM's own arguments
+                q, layer.weight.t(), scale_a_vllm, layer.weight_scale_inv, torch.bfloat16, None,
+                out=out, fmt="block_fp8",
+            )  # fmt: skip
+            after = kernel_cache.stats()
+            assert (after["disk_hits"] - before["disk_hits"], after["misses"] - before["misses"]) == (1, 0)
+            assert rel_error(out, ref) <= tolerance("block_fp8", torch.bfloat16)
     finally:
         sm._kernel_for.cache_clear()

@@ -200,14 +200,18 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
 
     def helion_gemm_at(self, m: int, weight, helion_scale, out_dtype, bias) -> torch.Tensor:
         """The Helion GEMM of :meth:`helion_path` at M = ``m`` on operands of ones with the quant's
-        layouts (:mod:`hlvllm.precompile`: compiles without running the activation quantization)."""
+        layouts (:mod:`hlvllm.precompile`: compiles without running the activation quantization);
+        at capture, once per scale_a layout vLLM's graph may hand it at this M
+        (:meth:`scale_a_layouts`)."""
         k = weight.shape[1]
         if get_settings().fused_quant:  # the fused kernel reads the bf16/fp16 activations themselves
             x = torch.ones((m, k), dtype=out_dtype, device=weight.device)
             return self.helion_path(x, weight, helion_scale, out_dtype, bias)
         q = torch.ones((m, k), dtype=weight.dtype, device=weight.device)
-        scale_a = self.scale_a_like(m, -(-k // BLOCK[1]), weight.device)
-        return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)
+        out = None
+        for scale_a in self.scale_a_layouts(m, -(-k // BLOCK[1]), weight.device):
+            out = self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)
+        return out
 
     def scale_a_like(self, m: int, groups: int, device) -> torch.Tensor:
         """fp32 ones ``[m, groups]`` in the layout the Helion GEMM will read (hlcore's kernel cache
@@ -216,11 +220,20 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
         kernel quantizes into (its ``QuantFP8``'s ``column_major_scales`` / ``tma_aligned_scales``;
         vLLM's ``per_token_group_quant_fp8``: column-major, strides ``(1, m)``, or TMA-aligned
         ``(1, m rounded up to a multiple of 4)``)."""
+        return self.scale_a_layouts(m, groups, device)[0]
+
+    def scale_a_layouts(self, m: int, groups: int, device) -> list[torch.Tensor]:
+        """:meth:`scale_a_like`'s tensor, then at capture with TMA-aligned scales and ``m`` not a
+        multiple of 4 the same without the padding (strides ``(1, m)``): vLLM 0.26's
+        SiLU-and-mul + group-quant fusion (``ActivationQuantFusionPass``, on by default) allocates
+        the down projection's scales as ``empty((groups, M)).permute(1, 0)`` whatever the quant's
+        TMA alignment, while the quant itself and the RMSNorm fusion keep the TMA layout."""
         quant = getattr(self.fallback, "quant_fp8", None) if self.at_capture else None
         if quant is None or not getattr(quant, "column_major_scales", False):
-            return torch.ones((m, groups), dtype=torch.float32, device=device)
-        rows = -(-m // 4) * 4 if getattr(quant, "tma_aligned_scales", False) else m
-        return torch.ones((groups, rows), dtype=torch.float32, device=device).t()[:m]
+            return [torch.ones((m, groups), dtype=torch.float32, device=device)]
+        tma = getattr(quant, "tma_aligned_scales", False)
+        rows = [-(-m // 4) * 4, m] if tma and m % 4 else [m]
+        return [torch.ones((groups, r), dtype=torch.float32, device=device).t()[:m] for r in rows]
 
     def fallback_path(self, x_2d, weight, weight_scale, out_dtype, bias) -> torch.Tensor:
         """vLLM's kernel on a stand-in layer holding ``weight`` and ``weight_scale``."""
