@@ -12,21 +12,25 @@
 #        JIT-compiles inside its timed generates (2026-12-03 night, EB as one call without a prewarm:
 #        both engines stalled 10-40 s per concurrency on JIT compiles and the on engine was killed).
 #        Join: `hltools bench merge-e2e EB0/e2e-8b-block-off/*.json EB1/e2e-8b-block-on/*.json --output DIR`
+#   PB   Block_FP8 capture mode's decode steps at M = 8 (2026-12-04: the on engine ran 6-11 % fewer
+#        tokens/s at concurrency 2-32 than the op design's): lab/scripts/profile_e2e.py, 8-layer engines
+#        off then on (capture), 8 sequences x 16 decode steps profiled, kernels side by side
 #   MF   issue 22: lab/scripts/mlp_fp8_bench.py, Qwen3-8B's FP8_Dynamic MLP at M 1-32: three launches
 #        (Helion and, with the bundle, CUTLASS GEMMs) vs hlcore.mlp_fp8's two and grouped pairs
 #        (2026-12-03 night ran M 1 / 8 without the grouped pair)
 #   other phases: as in 2026-12-13.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|MF|<a phase of 2026-12-13.sh>
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|PB|MF|<a phase of 2026-12-13.sh>
 # 2026-12-04 ran EB0, EB1, EI, CDa, MF (lab/results/2026-12-04). Next session, on wheels with ee0d244 (the
 # kernel-cache fix: Block_FP8's captured calls then load the workers' kernels): EB0 (LIMIT=585) and EB1
-# (LIMIT=330) at once after it; then CDi (SETTLE=30 REPEATS=100 LIMIT=400: W8A8_INT8 TTFT in live-engine
-# pairs, to set against CDa's A/A interval) with what is left. Send each call within seconds of the
+# (LIMIT=330) at once after it; if the on engine is still slower than vLLM's at concurrency >= 2, PB
+# (LIMIT=480) on the same machine; else CDi (SETTLE=30 REPEATS=100 LIMIT=400: W8A8_INT8 TTFT in
+# live-engine pairs, to set against CDa's A/A interval) with what is left. Send each call within seconds of the
 # last reply: the machine is reset ~30 s after a call ends (2026-12-04 lost its bundle that way).
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in EF | EI | EB0 | EB1 | MF) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
+case $phase in EF | EI | EB0 | EB1 | MF | PB) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels HL_DISPATCH_AT=capture HL_PRECOMPILE_PROCESSES=8  # off loads no plugin
@@ -44,6 +48,13 @@ EB0) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
 EB1) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
     e2e e2e-8b-block-on qwen3-8b block_fp8 1 --plugins on --repeats 3 --ttft-lens 128,1024 \
         --ttft-repeats 20 --timeout 280 ;;
+PB) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit  # EB0's cache when on its machine
+    for p in off on; do
+        run prof-block-$p 230 python3 lab/scripts/profile_e2e.py run --plugin $p --quant block-fp8 --layers 8 \
+            --decode-prompts 8 --out "$O/$p"
+    done
+    python3 lab/scripts/profile_e2e.py summarize "$O/off" "$O/on" --json "$O/off-vs-on.json" >"$O/off-vs-on.txt" 2>&1
+    head -60 "$O/off-vs-on.txt" ;;
 MF) if ! python3 -c "import helion" 2>/dev/null; then  # no bundle: helion from .hlwheels
         python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
         export PYTHONPATH=${PYTHONPATH:-}:/tmp/helion

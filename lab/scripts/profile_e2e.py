@@ -15,7 +15,7 @@ which kernels a decode step of the HL_AUX_FUSION=1 engine runs (40 % slower at 1
 profiles two windows, each moved into its own folder under ``--out``:
 
   prefill/  one ``generate`` of 8 prompts x 128 tokens, max_tokens=1 (one 1024-token step)
-  decode/   one ``generate`` of 1 prompt x 16 tokens, max_tokens=17 (one small prefill + 16
+  decode/   one ``generate`` of 1 prompt (``--decode-prompts``) x 16 tokens, max_tokens=17 (one small prefill + 16
             decode steps; ``summarize`` keeps only the kernels launched inside the pure decode
             steps' ``execute_context_0(0)_generation_1(1)`` annotations where there are any)
 
@@ -137,7 +137,7 @@ def run(args) -> int:
 
     calls = {
         "prefill": (args.prefill_prompts, args.prefill_len, 1),
-        "decode": (1, 16, args.decode_steps + 1),
+        "decode": (args.decode_prompts, 16, args.decode_steps + 1),
     }
 
     def call(window):
@@ -427,6 +427,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--prefill-prompts", type=int, default=8)
     r.add_argument("--prefill-len", type=int, default=128)
     r.add_argument("--decode-steps", type=int, default=16)
+    r.add_argument(
+        "--decode-prompts", type=int, default=1, help="sequences in the decode window (M of its steps)"
+    )
     r.add_argument("--repeats", type=int, default=3, help="unprofiled timed calls per window")
     r.add_argument("--gpu-memory-utilization", type=float, default=0.45)
     r.add_argument("--kv-cache-gib", type=float, default=None)
