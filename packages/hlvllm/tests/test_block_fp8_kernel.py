@@ -264,7 +264,7 @@ def test_block_precompile_sees_the_scale_layout_vllms_quantizer_writes(cuda_like
     _, w_q, w_s, layer = _block_layer(n, k, seed=3)
     get_settings.cache_clear()
     op_kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
-    assert not op_kernel.at_capture and op_kernel.scale_a_like(3, 3, "cpu").stride() == (3, 1)
+    assert not op_kernel.at_capture and op_kernel.scale_a_layouts(3, 3, "cpu")[0].stride() == (3, 1)
     cuda_like.setenv("HL_DISPATCH_AT", "capture")
     get_settings.cache_clear()
     kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
@@ -273,7 +273,7 @@ def test_block_precompile_sees_the_scale_layout_vllms_quantizer_writes(cuda_like
     for column_major, tma in [(False, False), (True, False), (True, True)]:
         quant = types.SimpleNamespace(column_major_scales=column_major, tma_aligned_scales=tma)
         cuda_like.setattr(kernel.fallback, "quant_fp8", quant, raising=False)
-        layouts[column_major, tma] = [kernel.scale_a_like(m, 3, "cpu").stride() for m in (1, 3, 5)]
+        layouts[column_major, tma] = [kernel.scale_a_layouts(m, 3, "cpu")[0].stride() for m in (1, 3, 5)]
     assert layouts == {
         (False, False): [(3, 1)] * 3,
         (True, False): [(1, 1), (1, 3), (1, 5)],

@@ -213,21 +213,17 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
             out = self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)
         return out
 
-    def scale_a_like(self, m: int, groups: int, device) -> torch.Tensor:
-        """fp32 ones ``[m, groups]`` in the layout the Helion GEMM will read (hlcore's kernel cache
-        keys on every argument's strides, so a precompiled kernel must see the real call's):
-        row-major from our own quantizer in the op design; at capture, the layout vLLM's block
-        kernel quantizes into (its ``QuantFP8``'s ``column_major_scales`` / ``tma_aligned_scales``;
-        vLLM's ``per_token_group_quant_fp8``: column-major, strides ``(1, m)``, or TMA-aligned
-        ``(1, m rounded up to a multiple of 4)``)."""
-        return self.scale_a_layouts(m, groups, device)[0]
-
     def scale_a_layouts(self, m: int, groups: int, device) -> list[torch.Tensor]:
-        """:meth:`scale_a_like`'s tensor, then at capture with TMA-aligned scales and ``m`` not a
-        multiple of 4 the same without the padding (strides ``(1, m)``): vLLM 0.26's
-        SiLU-and-mul + group-quant fusion (``ActivationQuantFusionPass``, on by default) allocates
-        the down projection's scales as ``empty((groups, M)).permute(1, 0)`` whatever the quant's
-        TMA alignment, while the quant itself and the RMSNorm fusion keep the TMA layout."""
+        """fp32 ones ``[m, groups]`` in each layout the Helion GEMM may read at this M (hlcore's kernel
+        cache keys on every argument's strides, so a precompiled kernel must see the real call's),
+        the usual one first: row-major from our own quantizer in the op design; at capture, the
+        layout vLLM's block kernel quantizes into (its ``QuantFP8``'s ``column_major_scales`` /
+        ``tma_aligned_scales``; vLLM's ``per_token_group_quant_fp8``: column-major, strides
+        ``(1, m)``, or TMA-aligned ``(1, m rounded up to a multiple of 4)``), and with TMA-aligned
+        scales and ``m`` not a multiple of 4 also the unpadded ``(1, m)``: vLLM 0.26's SiLU-and-mul +
+        group-quant fusion (``ActivationQuantFusionPass``, on by default) allocates the down
+        projection's scales as ``empty((groups, M)).permute(1, 0)`` whatever the quant's TMA
+        alignment, while the quant itself and the RMSNorm fusion keep the TMA layout."""
         quant = getattr(self.fallback, "quant_fp8", None) if self.at_capture else None
         if quant is None or not getattr(quant, "column_major_scales", False):
             return [torch.ones((m, groups), dtype=torch.float32, device=device)]

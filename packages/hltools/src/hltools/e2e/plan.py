@@ -113,6 +113,7 @@ def plan_runs(workdir: Path, plugins: Sequence[str] = DEFAULT_PLUGINS, rounds: i
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1; got {rounds}")
     workdir = Path(workdir)
+    order = list(dict.fromkeys(plugins))
     return [
         RunSpec(
             p,
@@ -122,7 +123,7 @@ def plan_runs(workdir: Path, plugins: Sequence[str] = DEFAULT_PLUGINS, rounds: i
             workdir / f"cache-{p}",
         )
         for r in range(rounds)
-        for p in (list if r % 2 == 0 else reversed)(dict.fromkeys(plugins))
+        for p in (order if r % 2 == 0 else order[::-1])
         if r == 0 or p != "control"
     ]
 
