@@ -108,6 +108,43 @@ def test_block_fp8_column_major_activation_scales():
     assert rel_error(out, scaled_mm_ref(**d)) <= tolerance("block_fp8", torch.bfloat16)
 
 
+PREFETCH_CASES = list(itertools.product([1, 2, 4], [False, True], ["row", "col", "tma"], [1, 3, 17]))
+
+
+@pytest.mark.parametrize(
+    "split_k,swap_ab,layout,m",
+    PREFETCH_CASES,
+    ids=[f"sk{s}-swap{int(w)}-{lay}-M{m}" for s, w, lay, m in PREFETCH_CASES],
+)
+def test_prefetched_block_scales_are_each_groups_own(split_k, swap_ab, layout, m):
+    """prefetch_scales loads group kb + 1's scale_a and scale_b during group kb: every group must
+    still meet its own scales, at each split-K chunk's first group too (the loads before the loop).
+    Both scales span 1e-3..1 across K's groups, so either one group off fails the tolerance; the
+    result equals the kernel without prefetch's (the same math in the same order)."""
+    n, k = 40, 520  # five 1 x 128 groups, the last partial
+    out_dtype = _out_dtype(split_k)
+    d = generate_scaled_mm_inputs(m, n, k, fmt="block_fp8", device=DEVICE, out_dtype=out_dtype, seed=m)
+    steps = torch.tensor([1e-3, 1.0, 1e-2, 3e-1, 3e-2], device=DEVICE)
+    scale_a = d["scale_a"] * steps  # [M, 5]
+    if layout == "col":
+        scale_a = scale_a.t().contiguous().t()
+    elif layout == "tma":  # vLLM's TMA-aligned column-major: column stride M rounded up to 4
+        padded = torch.zeros((5, -(-m // 4) * 4), device=DEVICE)
+        padded[:, :m] = scale_a.t()
+        scale_a = padded[:, :m].t()
+    d["scale_a"] = scale_a
+    d["scale_b"] = d["scale_b"] * steps.flip(0)  # [1, 5]
+    ref = scaled_mm_ref(**d)
+    plain = scaled_mm(**d, config=_config(split_k, swap_ab))
+    out = scaled_mm(**d, config={**_config(split_k, swap_ab), "prefetch_scales": True})
+    assert rel_error(out, ref) <= tolerance("block_fp8", out_dtype)
+    if split_k == 1:  # atomics may add split-K's partial sums in another order
+        assert torch.equal(out, plain)
+    for sa, sb in ((scale_a.roll(-1, dims=1), d["scale_b"]), (scale_a, d["scale_b"].roll(-1, dims=1))):
+        off_by_one = scaled_mm_ref(d["a"], d["b"], sa, sb, out_dtype, block_size=(128, 128))
+        assert rel_error(off_by_one, ref) > 0.1  # the tolerance check above can fail
+
+
 def test_block_scales_are_applied_per_k_block():
     """A kernel that applied one scale per row/column after the loop would miss this: scale_b varies
     along K only."""

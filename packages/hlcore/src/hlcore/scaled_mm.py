@@ -34,6 +34,11 @@ predicate :func:`hlcore.scaled_mm_config.check_scaled_mm_config`):
   fewer chunks than ``split_k`` (K = 96, ``split_k`` = 4: 3 chunks of 32);
 * ``swap_ab`` (bool): computes the transposed tile ``B^T @ A^T`` so the tiny M sits on the MMA's
   narrow side and N fills the 64-row wgmma side (the usual decode "swap-AB" kernel);
+* ``prefetch_scales`` (bool, block formats only): each K step loads the next group's ``scale_a``
+  and ``scale_b`` (loop-carried values) so their latency overlaps the step before (Triton
+  pipelines the A and B tiles' loads, not these); same math, same order. Meant for column-major
+  ``scale_a`` (what vLLM's group quantization writes for DeepGEMM), where each group's scales sit
+  in another cache line, while a row-major row of scales is one line;
 * Helion's own: ``num_warps``, ``num_stages``, ``indexing`` (pointers or tensor descriptors), ...
 
 Determinism: with ``split_k == 1`` every output element is written once by one program, bitwise
@@ -66,7 +71,7 @@ FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPES = tuple(getattr(torch, name) for name in OUT_DTYPE_NAMES)
 INPUT_DTYPES = tuple(dict.fromkeys(getattr(torch, f.operand_dtype) for f in FORMATS.values()))
 BLOCK_SIZE = FORMATS["block_fp8"].block_size  # (N, K) weight block of block_fp8, as vLLM's weight_block_size
-USER_TUNABLE_DEFAULTS = {"split_k": 1, "swap_ab": False}
+USER_TUNABLE_DEFAULTS = {"split_k": 1, "swap_ab": False, "prefetch_scales": False}
 
 # Helion, imported on first need (:func:`_import_helion`: making a kernel, a ``helion.Config``):
 # a process whose GEMM calls all load from the kernel cache never imports it (hlcore.helion_free).
@@ -110,9 +115,11 @@ def _scaled_mm_body(
     group_k = hl.specialize(group_k)
     split_k = hl.register_tunable("split_k", PowerOfTwoFragment(1, 256, 1))
     swap_ab = hl.register_tunable("swap_ab", BooleanFragment())
+    prefetch_scales = hl.register_tunable("prefetch_scales", BooleanFragment())
     acc_dtype = torch.int32 if a.dtype == torch.int8 else torch.float32
     # Both branches below are traced, so the group arithmetic must not divide by zero when g = 0.
     kg = max(group_k, 1)
+    groups = helion.cdiv(k, kg)  # 1 x g groups along K (block scales)
     k_chunk = helion.next_power_of_2(helion.cdiv(helion.cdiv(k, kg), split_k)) * kg  # whole groups
     if split_k > 1:
         # The split-K programs add into `out`; it starts as the bias (or zero).
@@ -136,17 +143,27 @@ def _scaled_mm_body(
         else:  # block scales: scale every g-wide K tile's partial product inside the loop
             res = hl.zeros([tile_m, tile_n], dtype=torch.float32)
             res_t = hl.zeros([tile_n, tile_m], dtype=torch.float32)
+            # prefetch_scales: each group's scales are loaded one K step ahead (loop-carried values),
+            # so their latency overlaps the step before (Triton pipelines the A and B tiles' loads
+            # but not these); the last step's loads (group kb + 1 mod groups: in bounds) go unused.
+            sa_next = scale_a[tile_m, outer_k.begin // kg]
+            sb_next = scale_b[tile_n.index // kg, outer_k.begin // kg]
             for tile_kb in hl.tile(outer_k.begin, outer_k.end, block_size=kg):
                 kb = tile_kb.begin // kg
+                if prefetch_scales:
+                    sa = sa_next
+                    sb = sb_next
+                    sa_next = scale_a[tile_m, (kb + 1) % groups]
+                    sb_next = scale_b[tile_n.index // kg, (kb + 1) % groups]
+                else:
+                    sa = scale_a[tile_m, kb]
+                    sb = scale_b[tile_n.index // kg, kb]
                 if swap_ab:
                     part_t = hl.dot(b_t[tile_n, tile_kb], a[tile_m, tile_kb].t(), out_dtype=torch.float32)
-                    res_t = (
-                        res_t
-                        + part_t * scale_b[tile_n.index // kg, kb][:, None] * scale_a[tile_m, kb][None, :]
-                    )
+                    res_t = res_t + part_t * sb[:, None] * sa[None, :]
                 else:
                     part = hl.dot(a[tile_m, tile_kb], b_t[tile_n, tile_kb].t(), out_dtype=torch.float32)
-                    res = res + part * scale_a[tile_m, kb][:, None] * scale_b[tile_n.index // kg, kb][None, :]
+                    res = res + part * sa[:, None] * sb[None, :]
             if swap_ab:
                 res = res_t.t()
         if split_k == 1:  # constexpr branch: one program per output tile writes it once
@@ -160,7 +177,7 @@ def _scaled_mm_body(
 
 def helion_config(config_text: str) -> helion.Config:
     """The ``helion.Config`` for a scaled_mm config JSON: the kernel's own tunables that it leaves
-    out take the plain algorithm (:data:`USER_TUNABLE_DEFAULTS`: ``split_k = 1``, no ``swap_ab``)."""
+    out take the plain algorithm (:data:`USER_TUNABLE_DEFAULTS`: ``split_k = 1``, no ``swap_ab``, no ``prefetch_scales``)."""
     _import_helion()
     config = dict(helion.Config.from_json(config_text))
     return helion.Config(**{**USER_TUNABLE_DEFAULTS, **config})
@@ -358,8 +375,8 @@ def scaled_mm(
         bias: optional ``[N]`` tensor of ``out_dtype``, added after scaling.
         block_size: ``(128, 128)`` for Block_FP8 (vLLM's ``weight_block_size``), else None.
         config: a ``helion.Config`` (or its dict / JSON) with ``block_sizes = [block_m, block_n,
-            block_k]`` (block_k is fixed to 128 for block_fp8), ``split_k``, ``swap_ab`` and Triton
-            knobs; default :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` (the tuned config
+            block_k]`` (block_k is fixed to 128 for block_fp8), ``split_k``, ``swap_ab``,
+            ``prefetch_scales`` and Triton knobs; default :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` (the tuned config
             for this GPU and shape, else :func:`hlcore.scaled_mm_config.default_scaled_mm_config`).
         out: optional ``[M, N]`` tensor of ``out_dtype`` with contiguous rows, written in place
             (the buffer of vLLM's out-variant ``cutlass_scaled_mm``); default a new tensor.

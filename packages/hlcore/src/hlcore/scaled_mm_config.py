@@ -87,7 +87,8 @@ def check_scaled_mm_config(config: Mapping[str, Any]) -> str | None:
     """Why ``config`` cannot be a scaled GEMM config, or None when it can.
 
     Checks what we pick (not Helion's own fields): ``block_sizes`` = ``[block_m, block_n,
-    block_k]`` powers of two, ``split_k`` a power of two in 1..256, ``swap_ab`` a bool,
+    block_k]`` powers of two, ``split_k`` a power of two in 1..256, ``swap_ab`` and
+    ``prefetch_scales`` bools,
     ``num_warps`` a power of two, ``num_stages`` a positive int (each optional except
     ``block_sizes``), and none of the removed knobs :data:`REMOVED_KNOBS`."""
     if not isinstance(config, Mapping):
@@ -101,8 +102,9 @@ def check_scaled_mm_config(config: Mapping[str, Any]) -> str | None:
     split_k = config.get("split_k", 1)
     if not _is_pow2(split_k) or split_k > 256:
         return f"split_k must be a power of two in 1..256; got {split_k!r}"
-    if not isinstance(config.get("swap_ab", False), bool):
-        return f"swap_ab must be true or false; got {config.get('swap_ab')!r}"
+    for knob in ("swap_ab", "prefetch_scales"):
+        if not isinstance(config.get(knob, False), bool):
+            return f"{knob} must be true or false; got {config.get(knob)!r}"
     if not _is_pow2(config.get("num_warps", 4)):
         return f"num_warps must be a power of two; got {config.get('num_warps')!r}"
     stages = config.get("num_stages", 1)
