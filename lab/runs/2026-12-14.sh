@@ -12,6 +12,12 @@
 #        JIT-compiles inside its timed generates (2026-12-03 night, EB as one call without a prewarm:
 #        both engines stalled 10-40 s per concurrency on JIT compiles and the on engine was killed).
 #        Join: `hltools bench merge-e2e EB0/e2e-8b-block-off/*.json EB1/e2e-8b-block-on/*.json --output DIR`
+#   EB2  EB1's off engine again, the call after EB1 on its machine (2026-12-04-b: the on and off
+#        engines of one machine; EB0's off engine ran on another)
+#   EB1P EB1 with prefetch_scales on every block_fp8 config (HL_CONFIG_DIR: a copy of configs/ made by
+#        lab/scripts/configs_with_knob.py; the marks unchanged)
+#   SL   lab/scripts/scale_a_layout_bench.py: the Helion Block GEMM on row-major vs vLLM's
+#        column-major scale_a, each with and without prefetch_scales, M 1-32 (< 200 s)
 #   PB   Block_FP8 capture mode's decode steps at M = 8 (2026-12-04: the on engine ran 6-11 % fewer
 #        tokens/s at concurrency 2-32 than the op design's): lab/scripts/profile_e2e.py, 8-layer engines
 #        off then on (capture), 8 sequences x 16 decode steps profiled, kernels side by side
@@ -20,17 +26,18 @@
 #        (2026-12-03 night ran M 1 / 8 without the grouped pair)
 #   other phases: as in 2026-12-13.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|PB|MF|<a phase of 2026-12-13.sh>
-# 2026-12-04 ran EB0, EB1, EI, CDa, MF (lab/results/2026-12-04). Next session, on wheels with ee0d244 (the
-# kernel-cache fix: Block_FP8's captured calls then load the workers' kernels): EB0 (LIMIT=585) and EB1
-# (LIMIT=330) at once after it; if the on engine is still slower than vLLM's at concurrency >= 2, PB
-# (LIMIT=480) on the same machine; else CDi (SETTLE=30 REPEATS=100 LIMIT=400: W8A8_INT8 TTFT in
-# live-engine pairs, to set against CDa's A/A interval) with what is left. Send each call within seconds of the
-# last reply: the machine is reset ~30 s after a call ends (2026-12-04 lost its bundle that way).
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|EB2|PB|MF|<a phase of 2026-12-13.sh>
+# 2026-12-04 ran EB0, EB1, EI, CDa, MF (lab/results/2026-12-04); its second session EB0, EB1, EB2 and the
+# layout bench (lab/results/2026-12-04-b: vLLM's column-major scale_a costs the Helion GEMM 3-18 % from
+# M = 2). Next session, on wheels with prefetch_scales: the bundle's last part with SL in the same
+# call (LIMIT=200, after setup.sh); the DeepGEMM prewarm (deepgemm_prewarm.py, 250 s) then EB1P
+# (LIMIT=330) and EB2 (LIMIT=300) if prefetch brings column-major within ~2 % of row-major; else the
+# marks for capture mode must be measured on column-major scale_a first (hltools bench kernels).
+# Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends.
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in EF | EI | EB0 | EB1 | MF | PB) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
+case $phase in EF | EI | EB0 | EB1 | EB1P | EB2 | MF | PB | SL) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels HL_DISPATCH_AT=capture HL_PRECOMPILE_PROCESSES=8  # off loads no plugin
@@ -47,6 +54,16 @@ EB0) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
         --ttft-repeats 20 --timeout 280 ;;
 EB1) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
     e2e e2e-8b-block-on qwen3-8b block_fp8 1 --plugins on --repeats 3 --ttft-lens 128,1024 \
+        --ttft-repeats 20 --timeout 280 ;;
+EB1P) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
+    python3 lab/scripts/configs_with_knob.py --format block_fp8 --set prefetch_scales=true --out /tmp/hl-configs-pf
+    export HL_CONFIG_DIR=/tmp/hl-configs-pf
+    e2e e2e-8b-block-on-pf qwen3-8b block_fp8 1 --plugins on --repeats 3 --ttft-lens 128,1024 \
+        --ttft-repeats 20 --timeout 280 ;;
+SL) OUT=$O run scale-a-layout 200 python3 lab/scripts/scale_a_layout_bench.py --ms 1,2,4,8,16,32 --budget-s 150
+    grep "^|" "$O/scale-a-layout.log" ;;
+EB2) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit  # EB1's off engine, same machine
+    e2e e2e-8b-block-off2 qwen3-8b block_fp8 1 --plugins off --repeats 3 --ttft-lens 128,1024 \
         --ttft-repeats 20 --timeout 280 ;;
 PB) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit  # EB0's cache when on its machine
     for p in off on; do

@@ -1,17 +1,21 @@
-"""Does the layout of Block_FP8's activation scales slow the Helion GEMM? (issue 20)
+"""Does the layout of Block_FP8's activation scales slow the Helion GEMM, and does prefetching them
+help? (issue 20)
 
 In capture mode (``HL_DISPATCH_AT=capture``) the Helion Block_FP8 GEMM reads the scale_a that
 vLLM's group quantization wrote for DeepGEMM: column-major ``[M, K/128]``, column stride M rounded
 up to 4 (TMA-aligned) or M (the SiLU-and-mul fusion's down_proj scales); the shipped configs were
-tuned and the op design ran on row-major scale_a. 2026-12-05: the capture-mode Block engine decoded
-3.90 / 4.19 / 4.21 ms per token at concurrency 2 / 4 / 8 against 3.55 / 3.63 / - for the op design.
+tuned and the op design ran on row-major scale_a. 2026-12-04: the capture-mode Block engine decoded
+3.90 / 4.19 ms per token at concurrency 2 / 4 against 3.55 / 3.63 for the op design (2026-12-02).
 
 Per Qwen3-8B Block_FP8 GEMM shape and M: ``hlcore.scaled_mm`` with the shipped config on the same
-values in each layout, under CUDA-graph replay over weight copies larger than L2
-(:func:`hlcore.timing.time_graph`), the layouts interleaved A B C C B A over ``--rounds``; medians
-in µs, and the largest |difference| of each layout's output from row-major's (same kernel math:
-expected 0). Usage (GPU machine; helion, hlcore, hltools): ``python3 lab/scripts/scale_a_layout_bench.py
-[--ms 2,4,8] [--budget-s 150]``; writes ``$OUT/scale_a_layout.json``.
+values in each variant, under CUDA-graph replay over weight copies larger than L2
+(:func:`hlcore.timing.time_graph`), the variants interleaved A B C .. C B A over ``--rounds``;
+medians in µs and each variant's time over row-major's. Variants: ``row``, ``tma_col``, ``col``
+(the layouts), ``tma_copy`` (TMA-aligned, copied to row-major inside each call: one more launch),
+and with ``+pf`` the same config with ``prefetch_scales`` (the next group's scale_a loaded one K
+step ahead). ``maxdiff``: largest |difference| from row-major's output (split-K's atomics may add
+in another order). Usage (GPU machine; helion, hlcore): ``python3 lab/scripts/scale_a_layout_bench.py
+[--ms 2,4,8] [--variants row,col,...] [--budget-s 150]``; writes ``$OUT/scale_a_layout.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,23 @@ import time
 import torch
 
 SHAPES = [(24576, 4096), (4096, 12288), (6144, 4096), (4096, 4096)]  # gate_up, down, qkv, o
+VARIANTS = ["row", "tma_col", "col", "tma_copy", "row+pf", "tma_col+pf", "col+pf"]
+
+
+def tma_aligned_column_major(t: torch.Tensor) -> torch.Tensor:
+    """vLLM's ``QuantFP8(tma_aligned_scales=True)`` layout: column stride M rounded up to 4."""
+    m, g = t.shape
+    padded = torch.empty((g, -(-m // 4) * 4), dtype=t.dtype, device=t.device)
+    padded[:, :m] = t.t()
+    return padded[:, :m].t()
+
+
+LAYOUTS = {
+    "row": lambda t: t.contiguous(),
+    "tma_col": tma_aligned_column_major,
+    "col": lambda t: t.t().contiguous().t(),
+    "tma_copy": tma_aligned_column_major,
+}
 
 
 def graph_calls(sm, a, scale_a, weights, out_dtype, config, copy=False):
@@ -47,7 +68,8 @@ def graph_calls(sm, a, scale_a, weights, out_dtype, config, copy=False):
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--ms", default="2,4,8")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--budget-s", type=float, default=150.0)
     args = p.parse_args()
     from hlcore import scaled_mm as sm
@@ -56,18 +78,10 @@ def main() -> int:
     from hlcore.scaled_mm_config import pick_scaled_mm_config
     from hlcore.timing import copies_for, time_graph
 
-    def tma_aligned_column_major(t):  # vLLM's QuantFP8(tma_aligned_scales=True) layout
-        m, g = t.shape
-        padded = torch.empty((g, -(-m // 4) * 4), dtype=t.dtype, device=t.device)
-        padded[:, :m] = t.t()
-        return padded[:, :m].t()
-
-    layouts = {
-        "row": lambda t: t.contiguous(),
-        "tma_col": tma_aligned_column_major,
-        "col": lambda t: t.t().contiguous().t(),
-        "tma_copy": tma_aligned_column_major,
-    }
+    variants = args.variants.split(",")
+    bad = [v for v in variants if v.removesuffix("+pf") not in LAYOUTS]
+    if bad or "row" not in variants:
+        raise SystemExit(f"--variants: unknown {bad} or no 'row'; choose from {VARIANTS}")
     ms = [int(m) for m in args.ms.split(",")]
     start = time.monotonic()
     rows = []
@@ -83,22 +97,23 @@ def main() -> int:
             weights.append((q.t(), sb))
         for m in ms:
             pick = pick_scaled_mm_config("block_fp8", m, n, k, device=d["a"].device)
+            config = json.loads(pick.config_json)
             a, sa = d["a"][:m], d["scale_a"][:m]
-            outs, samples = {}, {name: [] for name in layouts}
-            order = list(layouts) + list(reversed(layouts))
+            outs, samples = {}, {v: [] for v in variants}
             for _ in range(args.rounds):
-                for name in order:
-                    s = layouts[name](sa)
+                for v in variants + variants[::-1]:
+                    layout = v.removesuffix("+pf")
+                    cfg = {**config, "prefetch_scales": v.endswith("+pf")}
                     calls = graph_calls(
-                        sm, a, s, weights, d["out_dtype"], pick.config_json, copy=name == "tma_copy"
+                        sm, a, LAYOUTS[layout](sa), weights, d["out_dtype"], cfg, copy=layout == "tma_copy"
                     )
-                    if name not in outs:
-                        outs[name] = calls[0]().float()
-                    samples[name].append(time_graph(calls, repeats=30, warmup=3).median_us)
-            row = {"n": n, "k": k, "m": m, "fallback_marked": bool(pick.fallback)}
-            for name in layouts:
-                row[f"{name}_us"] = round(statistics.median(samples[name]), 2)
-                row[f"{name}_maxdiff"] = float((outs[name] - outs["row"]).abs().max())
+                    if v not in outs:
+                        outs[v] = calls[0]().float()
+                    samples[v].append(time_graph(calls, repeats=30, warmup=3).median_us)
+            row = {"n": n, "k": k, "m": m, "fallback_marked": bool(pick.fallback), "config": config}
+            for v in variants:
+                row[f"{v}_us"] = round(statistics.median(samples[v]), 2)
+                row[f"{v}_maxdiff"] = float((outs[v] - outs["row"]).abs().max())
             rows.append(row)
             print(json.dumps(row), flush=True)
         del d, weights
@@ -108,15 +123,10 @@ def main() -> int:
         json.dump(
             {"gpu": torch.cuda.get_device_name(), "commit": os.environ.get("HL_COMMIT"), "rows": rows}, f
         )
-    print(
-        "| N | K | M | marked | row µs | tma_col µs | col µs | tma_copy µs | tma_col/row | col/row | tma_copy/row |"
-    )
+    print("| N | K | M | marked | row µs | " + " | ".join(f"{v}/row" for v in variants if v != "row") + " |")
     for r in rows:
-        print(
-            f"| {r['n']} | {r['k']} | {r['m']} | {r['fallback_marked']} | {r['row_us']} | {r['tma_col_us']} | "
-            f"{r['col_us']} | {r['tma_copy_us']} | {r['tma_col_us'] / r['row_us']:.3f} | {r['col_us'] / r['row_us']:.3f} | "
-            f"{r['tma_copy_us'] / r['row_us']:.3f} |"
-        )
+        ratios = " | ".join(f"{r[f'{v}_us'] / r['row_us']:.3f}" for v in variants if v != "row")
+        print(f"| {r['n']} | {r['k']} | {r['m']} | {r['fallback_marked']} | {r['row_us']} | {ratios} |")
     return 0
 
 
