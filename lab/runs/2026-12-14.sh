@@ -79,5 +79,5 @@ MF) if ! python3 -c "import helion" 2>/dev/null; then  # no bundle: helion from 
     OUT=$O run mlp-fp8-bench 280 python3 lab/scripts/mlp_fp8_bench.py --budget-s 200
     sed -n '/^| M |/,$p' "$O/mlp-fp8-bench.log" ;;
 esac
-grep -rhoE "Helion kernels at CUDA-graph capture.*|init engine.*" "$O" --include='*.log' | cut -c1-240
+grep -rhoE "Helion kernels at CUDA-graph capture.*|init engine.*" "$O" --include='*.log' | cut -c1-480
 phase_end

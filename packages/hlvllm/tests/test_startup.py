@@ -55,3 +55,21 @@ def test_importing_the_kernels_is_its_own_phase_once(fake_clock, monkeypatch):
         fake_clock[0] += 0.5
     assert imported == ["hl_fake_kernels"]
     assert startup.summary() == "importing hlcore 1.5 s, first Helion calls 0.5 s"
+
+
+def test_the_slowest_first_calls_are_named(fake_clock):
+    """A phase timed per item names its slowest three, so a start-up log says which kernel loaded
+    slowly (e.g. compiled instead of loading from the cache)."""
+    for item, seconds in (("a M=1", 0.01), ("b M=8", 1.5), ("c M=2", 0.02), ("d M=16", 0.4)):
+        with startup.timed("first Helion calls", item):
+            fake_clock[0] += seconds
+    assert startup.SECONDS["first Helion calls"] == pytest.approx(1.93)
+    assert (
+        startup.summary() == "first Helion calls 1.9 s (slowest: b M=8 1.50 s, d M=16 0.40 s, c M=2 0.02 s)"
+    )
+
+
+def test_one_named_item_is_not_repeated(fake_clock):
+    with startup.timed("first Helion calls", "a M=1"):
+        fake_clock[0] += 0.5
+    assert startup.summary() == "first Helion calls 0.5 s"

@@ -15,7 +15,9 @@ Each phase of ours that runs before the first CUDA graph is replayed adds up her
   a call that misses hlcore's kernel cache (inside ``first Helion calls``); a start whose kernels
   all load from the cache never imports it (:mod:`hlcore.helion_free`; the capture log line says
   which);
-* ``first Helion calls``: each (format, M, N, K)'s first eager Helion call (kernel load or compile);
+* ``first Helion calls``: each (format, M, N, K)'s first eager Helion call (kernel load or compile),
+  the slowest keys named (a load from the kernel cache takes milliseconds; a second or so is a
+  compile, Helion's or Triton's);
 * ``checks against vLLM``: vLLM's kernel on the same inputs, compared once per key.
 
 The rest of the difference in start-up against vLLM alone is vLLM's own work on our behalf (the
@@ -44,17 +46,25 @@ PHASES = (
     "checks against vLLM",
 )
 SECONDS: defaultdict[str, float] = defaultdict(float)
+#: Phase -> item (e.g. ``"block_fp8 M=8 N=24576 K=4096"``) -> wall seconds, for the items timed by name.
+ITEMS: defaultdict[str, dict[str, float]] = defaultdict(dict)
+#: How many of a phase's slowest items :func:`summary` names.
+SLOWEST = 3
 clock = time.perf_counter  # tests put a fake clock here
 
 
 @contextmanager
-def timed(phase: str) -> Iterator[None]:
-    """Add the wall time of the ``with`` body to ``phase`` (also when it raises)."""
+def timed(phase: str, item: str | None = None) -> Iterator[None]:
+    """Add the wall time of the ``with`` body to ``phase`` (also when it raises), and to ``item``
+    of it when given."""
     t0 = clock()
     try:
         yield
     finally:
-        SECONDS[phase] += clock() - t0
+        dt = clock() - t0
+        SECONDS[phase] += dt
+        if item is not None:
+            ITEMS[phase][item] = ITEMS[phase].get(item, 0.0) + dt
 
 
 def import_kernels(module: str = "hlcore.scaled_mm") -> None:
@@ -66,8 +76,10 @@ def import_kernels(module: str = "hlcore.scaled_mm") -> None:
 
 
 def summary() -> str:
-    """``"shape registration 1.2 s (recording 0.8 s), first Helion calls 2.0 s, ..."``: the phases
-    that took any time, in :data:`PHASES` order; ``"none"`` when none did."""
+    """``"shape registration 1.2 s (recording 0.8 s), first Helion calls 2.0 s (slowest: fp8_dynamic
+    M=8 N=6144 K=4096 0.31 s, ...), ..."``: the phases that took any time, in :data:`PHASES` order,
+    with the :data:`SLOWEST` slowest of a phase's named items when it has more than one; ``"none"``
+    when none did."""
     order = [p for p in PHASES if SECONDS.get(p)] + sorted(
         p for p in SECONDS if p not in PHASES and SECONDS[p]
     )
@@ -78,6 +90,9 @@ def summary() -> str:
         text = f"{phase} {SECONDS[phase]:.1f} s"
         if phase == "shape registration" and SECONDS.get("recording"):
             text += f" (recording {SECONDS['recording']:.1f} s)"
+        items = sorted(ITEMS.get(phase, {}).items(), key=lambda kv: -kv[1])[:SLOWEST]
+        if len(ITEMS.get(phase, {})) > 1:
+            text += " (slowest: " + ", ".join(f"{name} {sec:.2f} s" for name, sec in items) + ")"
         parts.append(text)
     return ", ".join(parts) or "none"
 
@@ -85,3 +100,4 @@ def summary() -> str:
 def reset() -> None:
     """Forget the phases (tests)."""
     SECONDS.clear()
+    ITEMS.clear()
