@@ -274,3 +274,30 @@ def test_make_inputs_and_bytes():
     )
     with pytest.raises(ValueError, match="unknown format"):
         bench.quantize_weight("fp4", torch.zeros(2, 2))
+
+
+def test_helion_reads_block_scales_in_the_layout_asked(monkeypatch):
+    """``--block-scale-a tma``: Helion's Block_FP8 calls get vLLM's TMA-aligned column-major scale_a
+    (column stride M rounded up to 4), the result still the fp32 reference's; per-token formats and
+    ``row`` keep the row-major scales."""
+    from hlcore import scaled_mm as sm
+
+    strides = []
+    real = sm.scaled_mm
+
+    def spy(a, b, scale_a, *args, **kw):
+        strides.append((kw.get("block_size") is not None, a.shape[0], scale_a.stride()))
+        return real(a, b, scale_a, *args, **kw)
+
+    monkeypatch.setattr(sm, "scaled_mm", spy)
+    shapes = [BenchShape("tiny", fmt, "o", 32, 256, (3,)) for fmt in ("fp8_dynamic", "block_fp8")]
+    for layout, block_stride in (("tma", (1, 4)), ("row", (2, 1))):
+        strides.clear()
+        cand = bench.helion_candidate(layout)
+        results = _run(shapes, {"helion": [cand]}, FakeTimer([10.0]))
+        assert all(r.ok and r.rel_err < 1e-2 for r in results)
+        assert {s for s in strides if s[0]} == {(True, 3, block_stride)}  # [3, 2] groups of K = 256
+        assert {s for s in strides if not s[0]} == {(False, 3, (1, 1))}  # per-token [3, 1]
+    assert bench.helion_candidate("tma").kernel == "helion scaled_mm (block scale_a tma)"
+    with pytest.raises(ValueError, match="block scale_a layout"):
+        bench.helion_candidate("column")

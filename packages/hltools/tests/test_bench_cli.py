@@ -62,6 +62,7 @@ def test_kernels_list_needs_no_gpu(no_gpu):
         (["--num-tokens", "0,1"], "positive integers"),
         (["--block-providers", "flashinfer"], "unknown block provider"),
         (["--tp", "3"], "does not divide"),
+        (["--block-scale-a", "column"], "block scale_a layout must be one of ['row', 'tma']"),
     ],
 )
 def test_kernels_argument_errors(no_gpu, args, message):
@@ -251,6 +252,9 @@ def test_repro_command():
     assert kernel_results.repro_command(r, {"seed": 5}) == (
         "hltools bench kernels --model qwen3-8b --formats block_fp8 --tp 2 --layer o --layer down "
         "--num-tokens 3 --out-dtype fp16 --seed 5"
+    )
+    assert kernel_results.repro_command(r, {"seed": 5, "block_scale_a": "tma"}).endswith(
+        "--seed 5 --block-scale-a tma"
     )
 
 

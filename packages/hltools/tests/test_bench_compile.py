@@ -41,3 +41,21 @@ def test_compile_job_runs_helion_on_the_cpu():
     assert bench_compile.run_compile_job(
         bench_compile.CompileJob("nope", "fp8_dynamic", 32, 128, (1,)), device="cpu"
     ).startswith("ValueError")
+
+
+@pytest.mark.triton_interpret
+def test_compile_jobs_compile_helion_for_the_block_scale_layout_timed(monkeypatch):
+    shapes = [BenchShape("t", "block_fp8", "o", 64, 128, (1, 8))]
+    jobs = bench_compile.compile_jobs(
+        shapes, pick=lambda *a: "c", candidates=bench.default_candidates(), block_scale_a="tma"
+    )
+    assert [(j.kind, j.block_scale_a) for j in jobs] == [("helion", "tma"), ("deep_gemm", "row")]
+    from hlcore import scaled_mm as sm
+
+    seen, real = [], sm.scaled_mm
+    monkeypatch.setattr(
+        sm, "scaled_mm", lambda a, b, sa, *r, **kw: seen.append(sa.stride()) or real(a, b, sa, *r, **kw)
+    )
+    (job,) = bench_compile.compile_jobs(shapes, candidates={}, block_scale_a="tma")
+    assert bench_compile.run_compile_job(job, device="cpu") is None
+    assert seen == [(1, 4), (1, 8)]  # M = 1 and 8, TMA-aligned column-major

@@ -199,12 +199,28 @@ class Candidate:
     config: Callable[[GemmInputs, int], str] | None = None
 
 
-def _helion_prepare(inputs: GemmInputs) -> PreparedGemm:
+#: Layouts of Block_FP8's ``scale_a`` the Helion candidate can read: ``row`` (row-major, what
+#: hlvllm's op design quantizes into) or ``tma`` (vLLM's TMA-aligned column-major, what its
+#: DeepGEMM path writes and the Helion GEMM reads in capture mode, ``HL_DISPATCH_AT=capture``).
+BLOCK_SCALE_A_LAYOUTS = ("row", "tma")
+
+
+def block_scale_a(scale_a: torch.Tensor, fmt: str, layout: str) -> torch.Tensor:
+    """``scale_a`` in ``layout`` (:data:`BLOCK_SCALE_A_LAYOUTS`) for Block_FP8; other formats' per-token
+    scales as given. ``ValueError`` for an unknown layout."""
+    if layout not in BLOCK_SCALE_A_LAYOUTS:
+        raise ValueError(f"block scale_a layout must be one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}")
+    if fmt != "block_fp8" or layout == "row":
+        return scale_a
+    return providers.tma_aligned_column_major(scale_a)
+
+
+def _helion_prepare(inputs: GemmInputs, layout: str = "row") -> PreparedGemm:
     from hlcore import scaled_mm as sm
 
     def for_m(m: int) -> list[GemmCall]:
         config = _helion_pick(inputs, m).config_json
-        a, sa = inputs.a[:m], inputs.scale_a[:m]
+        a, sa = inputs.a[:m], block_scale_a(inputs.scale_a[:m], inputs.fmt, layout)
         bs = inputs.block_size
         return [
             lambda b=b, sb=sb: sm.scaled_mm(a, b, sa, sb, inputs.out_dtype, block_size=bs, config=config)
@@ -233,7 +249,18 @@ def _helion_config(inputs: GemmInputs, m: int) -> str:
     return helion_config_label(_helion_pick(inputs, m))
 
 
-HELION = Candidate("helion", "helion scaled_mm", FORMATS, _helion_prepare, _helion_config)
+def helion_candidate(layout: str = "row") -> Candidate:
+    """Helion's :class:`Candidate`; ``layout``: the Block_FP8 ``scale_a`` layout it reads
+    (:data:`BLOCK_SCALE_A_LAYOUTS`; the kernel name says which when not row-major)."""
+    if layout not in BLOCK_SCALE_A_LAYOUTS:
+        raise ValueError(f"block scale_a layout must be one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}")
+    name = "helion scaled_mm" + ("" if layout == "row" else f" (block scale_a {layout})")
+    return Candidate(
+        "helion", name, FORMATS, functools.partial(_helion_prepare, layout=layout), _helion_config
+    )
+
+
+HELION = helion_candidate()
 
 
 def _provider_prepare(cls: type[providers.ScaledMMProvider], inputs: GemmInputs) -> PreparedGemm:
@@ -258,17 +285,20 @@ TORCH_SCALED_MM = provider_candidate("torch", providers.TorchScaledMM)
 
 
 def default_candidates(
-    baselines: Sequence[str] = BASELINES, block_order: Sequence[str] | None = None
+    baselines: Sequence[str] = BASELINES,
+    block_order: Sequence[str] | None = None,
+    block_scale_a_layout: str = "row",
 ) -> dict[str, list[Candidate]]:
     """Provider -> candidates in the order tried: Helion; vLLM's default kernels
     (:func:`hltools.providers.candidates` of every format: CUTLASS, torch._scaled_mm for fp8, the
     block kernels in ``block_order``, default ``HL_BLOCK_PROVIDER`` or vLLM's order);
-    torch._scaled_mm. ``baselines`` picks among vllm/torch."""
+    torch._scaled_mm. ``baselines`` picks among vllm/torch; ``block_scale_a_layout``: the Block_FP8
+    scale_a layout Helion reads (:data:`BLOCK_SCALE_A_LAYOUTS`)."""
     order = providers.block_order(block_order)
     bad = [b for b in baselines if b not in BASELINES]
     if bad:
         raise ValueError(f"unknown baseline(s) {bad}; choose from {list(BASELINES)}")
-    out: dict[str, list[Candidate]] = {"helion": [HELION]}
+    out: dict[str, list[Candidate]] = {"helion": [helion_candidate(block_scale_a_layout)]}
     if "vllm" in baselines:
         chain = dict.fromkeys(cls for fmt in FORMATS for cls in providers.candidates(fmt, order))
         out["vllm"] = [provider_candidate("vllm", cls) for cls in chain]

@@ -15,7 +15,7 @@ import torch
 
 from hlcore.formats import get_format
 from hltools import providers
-from hltools.bench import BenchShape, Candidate, GemmInputs
+from hltools.bench import BenchShape, Candidate, GemmInputs, block_scale_a
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class CompileJob:
     ms: tuple[int, ...]
     config: str = ""
     out_dtype: str = "bf16"
+    block_scale_a: str = "row"  # hltools.bench.BLOCK_SCALE_A_LAYOUTS: the layout the timed loop reads
 
 
 def compile_jobs(
@@ -38,11 +39,13 @@ def compile_jobs(
     out_dtype: str = "bf16",
     candidates: Mapping[str, Sequence[Candidate]] | None = None,
     pick: Callable[[str, int, int, int], str] | None = None,
+    block_scale_a: str = "row",
 ) -> list[CompileJob]:
     """One Helion job per (format, N, K, picked config) with the Ms that use it (Triton specializes
     M = 1, multiples of 16 and the rest: all of them run), and one DeepGEMM job per block-FP8 (N, K)
     when DeepGEMM is among the vLLM candidates. ``pick(fmt, m, n, k) -> config JSON`` defaults to
-    :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` for the current GPU."""
+    :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` for the current GPU; ``block_scale_a``:
+    the Block_FP8 scale_a layout the Helion jobs compile for (Triton specializes unit strides)."""
     if pick is None:
         from hlcore.scaled_mm_config import pick_scaled_mm_config
 
@@ -57,7 +60,16 @@ def compile_jobs(
         if s.fmt == "block_fp8" and providers.DeepGemmBlock.name in kernels:
             jobs.setdefault(("deep_gemm", s.fmt, s.n, s.k, ""), []).extend(s.ms)
     return [
-        CompileJob(kind, fmt, n, k, tuple(sorted(set(ms))), cfg, out_dtype)
+        CompileJob(
+            kind,
+            fmt,
+            n,
+            k,
+            tuple(sorted(set(ms))),
+            cfg,
+            out_dtype,
+            block_scale_a if kind == "helion" else "row",
+        )
         for (kind, fmt, n, k, cfg), ms in jobs.items()
     ]
 
@@ -89,7 +101,7 @@ def run_compile_job(job: CompileJob, device: str = "cuda") -> str | None:
                 scaled_mm(
                     inputs.a,
                     b,
-                    inputs.scale_a,
+                    block_scale_a(inputs.scale_a, job.fmt, job.block_scale_a),
                     sb,
                     inputs.out_dtype,
                     block_size=inputs.block_size,

@@ -34,6 +34,14 @@ Jobs = Annotated[
         "(fills the on-disk caches); default min(16, CPUs); 0 or 1: compile in the timed loop.",
     ),
 ]
+BlockScaleA = Annotated[
+    str,
+    typer.Option(
+        help="Layout of Block_FP8's activation scales Helion reads: row (row-major, what hlvllm's "
+        "op design quantizes into) or tma (vLLM's TMA-aligned column-major, what Helion reads in "
+        "capture mode, HL_DISPATCH_AT=capture); vLLM's kernels always get their own layout."
+    ),
+]
 List = Annotated[
     bool, typer.Option("--list", help="Print the shapes and candidate kernels and exit; needs no GPU.")
 ]
@@ -51,6 +59,7 @@ def kernels(
     warmup: Warmup = 3,
     baselines: Baselines = "vllm,torch",
     block_providers: BlockProviders = "",
+    block_scale_a: BlockScaleA = "row",
     seed: opt.Seed = 0,
     jobs: Jobs = None,
     plots: opt.Plots = True,
@@ -74,7 +83,9 @@ def kernels(
     tokens = opt.parse_ints(num_tokens, "--num-tokens")
     try:
         shapes = bench.bench_shapes(models, fmts, tokens, tp=tp, layers=layer)
-        candidates = bench.default_candidates(opt.split_names(baselines), opt.split_names(block_providers))
+        candidates = bench.default_candidates(
+            opt.split_names(baselines), opt.split_names(block_providers), block_scale_a
+        )
     except ValueError as exc:
         raise opt.bad_parameter(exc) from None
     if list_:
@@ -95,7 +106,7 @@ def kernels(
     metadata = {
         **shared, "command": opt.command_line(), "models": [m for m, _ in models], "formats": fmts, "tp": tp,
         "num_tokens": tokens, "out_dtype": out_dtype.value, "repeats": repeats, "warmup": warmup,
-        "seed": seed, "copy_bandwidth_gbs": bandwidth,
+        "seed": seed, "copy_bandwidth_gbs": bandwidth, "block_scale_a": block_scale_a,
         "candidates": {p: [c.kernel for c in cs] for p, cs in candidates.items()},
     }  # fmt: skip
     _flashinfer_note(out, metadata)
@@ -103,7 +114,7 @@ def kernels(
     start = time.monotonic()
     workers = min(16, os.cpu_count() or 1) if jobs is None else jobs
     if workers > 1:
-        _precompile(out, shapes, candidates, out_dtype.value, workers, metadata, start)
+        _precompile(out, shapes, candidates, out_dtype.value, workers, metadata, start, block_scale_a)
     results = _measure(out, shapes, candidates, out_dtype.torch_dtype, seed, shared, metadata, output)
     metadata["seconds"] = round(time.monotonic() - start, 1)
     paths = kernel_results.write_results(output, results, metadata)
@@ -147,11 +158,22 @@ def _flashinfer_note(out: Console, metadata: dict[str, Any]) -> None:
         out.print(f"[yellow]{flash}")
 
 
-def _precompile(out: Console, shapes, candidates, out_dtype: str, workers: int, metadata, start) -> None:
+def _precompile(
+    out: Console,
+    shapes,
+    candidates,
+    out_dtype: str,
+    workers: int,
+    metadata,
+    start,
+    block_scale_a: str = "row",
+) -> None:
     """Compile every kernel the timed loop runs in ``workers`` processes first (warm on-disk caches)."""
     from hltools import bench_compile
 
-    todo = bench_compile.compile_jobs(shapes, out_dtype=out_dtype, candidates=candidates)
+    todo = bench_compile.compile_jobs(
+        shapes, out_dtype=out_dtype, candidates=candidates, block_scale_a=block_scale_a
+    )
     with opt.progress(out, "precompiling") as pre:
         ptask = pre.add_task("precompile", total=len(todo))
         errors = bench_compile.precompile(todo, workers, on_done=lambda job, err: pre.advance(ptask))
