@@ -16,6 +16,9 @@
 #        engines of one machine; EB0's off engine ran on another)
 #   EB1P EB1 with prefetch_scales on every block_fp8 config (HL_CONFIG_DIR: a copy of configs/ made by
 #        lab/scripts/configs_with_knob.py; the marks unchanged)
+#   KC   Block_FP8 marks for capture mode: three `hltools bench kernels --block-scale-a tma` processes,
+#        Qwen3-8B, Helion vs vLLM's kernel (PF=1: on the prefetch_scales configs); after a DeepGEMM
+#        prewarm on the same machine. Then `hltools configs from-bench KC1 KC2 KC3 --output configs`
 #   SL   lab/scripts/scale_a_layout_bench.py: the Helion Block GEMM on row-major vs vLLM's
 #        column-major scale_a, each with and without prefetch_scales, M 1-32 (< 200 s)
 #   PB   Block_FP8 capture mode's decode steps at M = 8 (2026-12-04: the on engine ran 6-11 % fewer
@@ -26,18 +29,18 @@
 #        (2026-12-03 night ran M 1 / 8 without the grouped pair)
 #   other phases: as in 2026-12-13.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|EB2|PB|MF|<a phase of 2026-12-13.sh>
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-14.sh EF|EI|EB0|EB1|EB1P|EB2|KC|PB|MF|SL|<a phase of 2026-12-13.sh>
 # 2026-12-04 ran EB0, EB1, EI, CDa, MF (lab/results/2026-12-04); its second session EB0, EB1, EB2 and the
 # layout bench (lab/results/2026-12-04-b: vLLM's column-major scale_a costs the Helion GEMM 3-18 % from
 # M = 2). Next session, on wheels with prefetch_scales: the bundle's last part with SL in the same
 # call (LIMIT=200, after setup.sh); the DeepGEMM prewarm (deepgemm_prewarm.py, 250 s) then EB1P
-# (LIMIT=330) and EB2 (LIMIT=300) if prefetch brings column-major within ~2 % of row-major; else the
-# marks for capture mode must be measured on column-major scale_a first (hltools bench kernels).
+# (LIMIT=330) and EB2 (LIMIT=300) if prefetch brings column-major within ~2 % of row-major; then KC
+# (LIMIT=470, PF=1 when prefetch won): the capture-mode marks, to ship with prefetch_scales.
 # Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends.
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in EF | EI | EB0 | EB1 | EB1P | EB2 | MF | PB | SL) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
+case $phase in EF | EI | EB0 | EB1 | EB1P | EB2 | KC | MF | PB | SL) ;; *) exec bash "$here/2026-12-13.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 export HL_KERNEL_CACHE_DIR=/tmp/hl-kernels HL_DISPATCH_AT=capture HL_PRECOMPILE_PROCESSES=8  # off loads no plugin
@@ -60,6 +63,16 @@ EB1P) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
     export HL_CONFIG_DIR=/tmp/hl-configs-pf
     e2e e2e-8b-block-on-pf qwen3-8b block_fp8 1 --plugins on --repeats 3 --ttft-lens 128,1024 \
         --ttft-repeats 20 --timeout 280 ;;
+KC) export DG_JIT_CACHE_DIR=/tmp/dg-jit  # after the DeepGEMM prewarm on this machine
+    if [ "${PF:-0}" = 1 ]; then
+        python3 lab/scripts/configs_with_knob.py --format block_fp8 --set prefetch_scales=true --out /tmp/hl-configs-pf
+        export HL_CONFIG_DIR=/tmp/hl-configs-pf
+    fi
+    for i in 1 2 3; do
+        run marks-KC$i 150 python3 -m hltools bench kernels --model qwen3-8b --formats block_fp8 --baselines vllm \
+            --block-scale-a tma --no-plots --jobs 8 --output "$O/marks-KC$i"
+    done
+    grep -h "geomean" "$O"/marks-KC*.log ;;
 SL) OUT=$O run scale-a-layout 200 python3 lab/scripts/scale_a_layout_bench.py --ms 1,2,4,8,16,32 --budget-s 150
     grep "^|" "$O/scale-a-layout.log" ;;
 EB2) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit  # EB1's off engine, same machine
