@@ -365,3 +365,19 @@ def test_format_names_take_the_prose_spellings():
     ]
     with pytest.raises(ValueError, match=r"unknown format\(s\) \['FP4'\]"):
         check_formats(["FP4"])
+
+
+@pytest.mark.parametrize("fmt, layout, strides", [("block_fp8", "tma", (1, 4)), ("block_fp8", "row", (3, 1)),
+                                                  ("fp8_dynamic", "tma", (1, 1))])  # fmt: skip
+def test_tuning_inputs_take_the_block_scale_layout(monkeypatch, fmt, layout, strides):
+    """``--block-scale-a tma``: the tuner and the checker hand Helion vLLM's TMA-aligned column-major
+    Block_FP8 scales (column stride M rounded up to 4); per-token scales stay as generated."""
+    from hlcore import scaled_mm as sm
+
+    real = sm.generate_scaled_mm_inputs
+    monkeypatch.setattr(
+        sm, "generate_scaled_mm_inputs", lambda *a, device, **kw: real(*a, device="cpu", **kw)
+    )
+    d = at._inputs(at.TuneKey(fmt, 64, 384, 3), at.TuneOptions(block_scale_a=layout), seed=1)
+    ref = real(3, 64, 384, fmt=fmt, device="cpu", seed=1)
+    assert d["scale_a"].stride() == strides and torch.equal(d["scale_a"], ref["scale_a"])

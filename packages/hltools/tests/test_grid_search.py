@@ -186,8 +186,10 @@ def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
         return at.CheckResult(True, config, rel_err=1e-3, helion_us=9.0, default_us=10.0, fallback_us=11.0)
 
     monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", None, check))
-    monkeypatch.setattr(gs, "gpu_timer", lambda max_m, seed=0: timer)
-    monkeypatch.setattr(gs, "parallel_compiler", lambda workers=None, on_done=None: compiler)
+    monkeypatch.setattr(gs, "gpu_timer", lambda max_m, seed=0, block_scale_a="row": timer)
+    monkeypatch.setattr(
+        gs, "parallel_compiler", lambda workers=None, on_done=None, block_scale_a="row": compiler
+    )
     monkeypatch.setattr(gs, "GridSearch", recording_search)
     monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
 
@@ -222,3 +224,31 @@ def test_a_faster_refinement_of_the_best_grid_config_is_picked():
         pick = search.pick("fp8_dynamic", 6144, 4096, m)
         assert pick.config == {**best, "num_warps": 8}, pick.config
         assert pick.candidates == len(gs.search_space("fp8_dynamic", 8, 6144, 4096)) + len(gs.REFINEMENTS)
+
+
+def test_block_formats_also_try_the_scales_one_step_ahead():
+    """Block formats' refinements add prefetch_scales (per-token formats have no scale loads in the
+    K loop: not tried there); a faster prefetch variant becomes the key's config."""
+    best = {"block_sizes": [16, 64, 128], "num_warps": 4, "num_stages": 4, "split_k": 8, "swap_ab": True}
+    assert gs.refinements(best, blocked=True) == [
+        {**best, **r} for r in gs.REFINEMENTS + gs.BLOCK_REFINEMENTS
+    ]
+    timer = CostModel(knob_bonus={("prefetch_scales", True): 0.7})
+    keys = [(fmt, 6144, 4096, 8) for fmt in ("fp8_dynamic", "block_fp8")]
+    search = gs.GridSearch(keys, time=timer, compile=Recorder())
+    assert search.pick("block_fp8", 6144, 4096, 8).config.get("prefetch_scales") is True
+    assert "prefetch_scales" not in search.pick("fp8_dynamic", 6144, 4096, 8).config
+    timed = {(fmt, c) for fmt, _, _, _, cs in timer.calls for c in cs}
+    assert not any('"prefetch_scales"' in c for fmt, c in timed if fmt == "fp8_dynamic")
+
+
+def test_autotune_block_scale_a_option_is_checked():
+    def flat(output):
+        return " ".join("".join(c for c in output if c not in "\u2502\u256d\u256e\u2570\u256f\u2500").split())
+
+    result = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--block-scale-a", "column"])
+    assert result.exit_code == 2 and "must be one of ['row', 'tma']" in flat(result.output), result.output
+    result = runner.invoke(
+        app, ["autotune", "--model", "qwen3-8b", "--block-scale-a", "tma", "--ray", "auto"]
+    )
+    assert result.exit_code == 2 and "not with --ray" in flat(result.output), result.output

@@ -26,6 +26,7 @@ This module imports torch, helion and vLLM only inside the GPU functions.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -127,6 +128,9 @@ class TuneOptions:
     effort: str = "quick"
     seed: int = 0
     budget_seconds: int | None = None  # for this key's search (Helion's autotune_budget_seconds)
+    block_scale_a: str = (
+        "row"  # Block_FP8 scale_a layout tuned and checked on (hltools.bench.BLOCK_SCALE_A_LAYOUTS)
+    )
 
 
 @dataclass
@@ -294,7 +298,7 @@ def run_autotune(
                 if on_done:
                     on_done(status)
                 continue
-            opts = TuneOptions(options.effort, options.seed, max(1, int(remaining / max(left, 1))))
+            opts = dataclasses.replace(options, budget_seconds=max(1, int(remaining / max(left, 1))))
         if on_start:
             on_start(key)
         start = clock()
@@ -383,6 +387,17 @@ def _kernel_args(inputs: dict[str, Any]) -> tuple:
     )
 
 
+def _inputs(key: TuneKey, options: TuneOptions, seed: int) -> dict[str, Any]:
+    """``generate_scaled_mm_inputs`` of ``key`` on the GPU, Block_FP8's scale_a in
+    ``options.block_scale_a``'s layout (:func:`hltools.bench.block_scale_a`)."""
+    from hlcore import scaled_mm as sm
+    from hltools.bench import block_scale_a
+
+    d = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=seed)
+    d["scale_a"] = block_scale_a(d["scale_a"], key.fmt, options.block_scale_a)
+    return d
+
+
 def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
     """Helion's autotuner (``autotune_effort``), the heuristic default config seeded into the search
     (``autotune_seed_configs``), candidates compared with the fp32 reference
@@ -395,7 +410,7 @@ def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
     from hlcore.numerics import rel_error, tolerance
     from hlcore.scaled_mm_config import default_scaled_mm_config
 
-    inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)
+    inputs = _inputs(key, options, options.seed)
     tol = tolerance(key.fmt, inputs["out_dtype"])
 
     def reference(a, b_t, scale_a, scale_b, bias, out_dtype, group_k):
@@ -452,22 +467,20 @@ def time_vllm_kernel(copies: Sequence[dict[str, Any]], fmt: str, timer: Callable
 
 def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> CheckResult:
     """Check ``config`` against the fp32 reference, then time it, the default config and vLLM's
-    kernel as CUDA-graph replays over weight copies larger than L2; keep the faster Helion config."""
+    kernel as CUDA-graph replays over weight copies larger than L2; keep the faster Helion config.
+    Helion reads Block_FP8's scale_a in ``options.block_scale_a``'s layout; vLLM's kernel its own."""
     from hlcore import scaled_mm as sm
     from hlcore.numerics import rel_error, tolerance
     from hlcore.scaled_mm_config import default_scaled_mm_config
     from hltools.timing import copies_for, time_graph
 
-    inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed)
+    inputs = _inputs(key, options, options.seed)
     out = sm.scaled_mm(**inputs, config=config)
     err = rel_error(out, sm.scaled_mm_ref(**inputs))
     tol = tolerance(key.fmt, inputs["out_dtype"])
     if not err <= tol:
         return CheckResult(False, config, rel_err=err, note=f"relative error {err:.3g} > {tol:.1g}")
-    copies = [inputs] + [
-        sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, device="cuda", seed=options.seed + i)
-        for i in range(1, copies_for(key.n * key.k))
-    ]
+    copies = [inputs] + [_inputs(key, options, options.seed + i) for i in range(1, copies_for(key.n * key.k))]
 
     def timed(fn) -> float:
         return time_graph([lambda d=d: fn(d) for d in copies]).median_us

@@ -15,7 +15,7 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
    (``time(fmt, m, n, k, configs)``: CUDA-graph replay over weight copies larger than L2, the
    benchmarks' timer). Then each group's fastest gets the knobs the grid fixes, one at a time
    (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor (TMA) loads, persistent
-   programs), all groups' variants compiled in one more parallel batch and timed beside it. Then
+   programs; for block formats also :data:`BLOCK_REFINEMENTS`: the scales loaded one K step ahead), all groups' variants compiled in one more parallel batch and timed beside it. Then
    for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed at
    that M and the fastest is the key's config. The heuristic config is always among them, so a key
    never ends slower than the heuristic in the measurement that chose it.
@@ -55,6 +55,8 @@ REFINEMENTS: tuple[dict[str, Any], ...] = (
     {"indexing": "tensor_descriptor"},
     {"pid_type": "persistent_interleaved"},
 )
+#: Knobs of block formats alone, tried like :data:`REFINEMENTS` (the scales one K step ahead).
+BLOCK_REFINEMENTS: tuple[dict[str, Any], ...] = ({"prefetch_scales": True},)
 
 Config = dict[str, Any]
 #: ``time(fmt, m, n, k, configs) -> [median µs per config]`` (``inf`` for a config that fails).
@@ -103,11 +105,12 @@ def search_space(fmt: str, m: int, n: int, k: int) -> list[Config]:
     return list(out.values())
 
 
-def refinements(config: Config, seen: set[str] = frozenset()) -> list[Config]:
-    """``config`` with each of :data:`REFINEMENTS` applied alone, less those already in ``seen``
-    (config keys as :func:`_key` writes them) and duplicates."""
+def refinements(config: Config, seen: set[str] = frozenset(), blocked: bool = False) -> list[Config]:
+    """``config`` with each of :data:`REFINEMENTS` (and :data:`BLOCK_REFINEMENTS` for a block format,
+    ``blocked``) applied alone, less those already in ``seen`` (config keys as :func:`_key` writes
+    them) and duplicates."""
     out: dict[str, Config] = {}
-    for knob in REFINEMENTS:
+    for knob in REFINEMENTS + (BLOCK_REFINEMENTS if blocked else ()):
         variant = {**config, **knob}
         if _key(variant) not in seen:
             out.setdefault(_key(variant), variant)
@@ -173,6 +176,8 @@ class GridSearch:
         """Stage 1 (every group's grid) and stage 2 (:data:`REFINEMENTS` of each group's fastest),
         each compiled in one batch before it is timed; ``_ranked`` holds each group's finite-time
         configs, fastest first."""
+        from hlcore.formats import get_format
+
         self._compile_all()
         times: dict[tuple, list[tuple[float, Config]]] = {}
         for group, space in self._spaces.items():
@@ -182,7 +187,8 @@ class GridSearch:
         for group, timed in times.items():
             t, best = min(timed, key=lambda x: x[0])
             seen = {_key(c) for c in self._spaces[group]}
-            variants[group] = refinements(best, seen) if math.isfinite(t) else []
+            blocked = get_format(group[0]).block_size is not None
+            variants[group] = refinements(best, seen, blocked) if math.isfinite(t) else []
         jobs: dict[tuple, tuple[Config, set[int]]] = {}  # as in _compile_all: each once, all its Ms
         for (fmt, n, k, bucket), vs in variants.items():
             for v in vs:
@@ -226,10 +232,12 @@ class GridSearch:
 # --------------------------------------------------------------------------------------------
 # The GPU's timer and compiler
 # --------------------------------------------------------------------------------------------
-def gpu_timer(max_m: int, seed: int = 0) -> Timer:
+def gpu_timer(max_m: int, seed: int = 0, block_scale_a: str = "row") -> Timer:
     """A :data:`Timer` on the current CUDA GPU for M up to ``max_m``: :func:`hltools.bench.make_inputs`
-    with weight copies larger than L2 (kept for one (format, N, K) at a time), each config timed by
+    with weight copies larger than L2 (kept for one (format, N, K) at a time), Block_FP8's scale_a in
+    ``block_scale_a``'s layout (:func:`hltools.bench.block_scale_a`), each config timed by
     :func:`hltools.timing.time_graph` over one call per copy; a config that raises times ``inf``."""
+    from hltools.bench import block_scale_a as layout_of
     from hltools.bench import make_inputs
     from hltools.timing import copies_for, time_graph
 
@@ -242,7 +250,7 @@ def gpu_timer(max_m: int, seed: int = 0) -> Timer:
             inputs.clear()  # one shape's copies at a time (GBs for the largest)
             inputs[(fmt, n, k)] = make_inputs(fmt, n, k, max_m, copies_for(n * k), seed=seed)
         d = inputs[(fmt, n, k)]
-        a, sa = d.a[:m], d.scale_a[:m]
+        a, sa = d.a[:m], layout_of(d.scale_a[:m], fmt, block_scale_a)
         out = []
         for config in configs:
             calls = [
@@ -260,15 +268,19 @@ def gpu_timer(max_m: int, seed: int = 0) -> Timer:
     return time
 
 
-def parallel_compiler(workers: int | None = None, on_done: Callable | None = None) -> Compiler:
+def parallel_compiler(
+    workers: int | None = None, on_done: Callable | None = None, block_scale_a: str = "row"
+) -> Compiler:
     """A :data:`Compiler` running :func:`hltools.bench_compile.precompile` in ``workers`` spawned
     processes (default: one per CPU): Triton's cache (and hlcore's kernel cache when
-    ``HL_KERNEL_CACHE_DIR`` is set) is warm when the search times the candidates."""
+    ``HL_KERNEL_CACHE_DIR`` is set) is warm when the search times the candidates (Block_FP8 on
+    ``block_scale_a``'s layout, as :func:`gpu_timer`)."""
     from hltools.bench_compile import CompileJob, precompile
 
     def compile(jobs: Sequence[tuple[str, int, int, tuple[int, ...], Config]]) -> None:
         work = [
-            CompileJob("helion", fmt, n, k, ms, json.dumps(c, sort_keys=True)) for fmt, n, k, ms, c in jobs
+            CompileJob("helion", fmt, n, k, ms, json.dumps(c, sort_keys=True), block_scale_a=block_scale_a)
+            for fmt, n, k, ms, c in jobs
         ]
         precompile(work, workers if workers is not None else (os.cpu_count() or 1), on_done=on_done)
 

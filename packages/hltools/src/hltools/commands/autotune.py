@@ -80,6 +80,14 @@ RayAddress = Annotated[
         '"hltools[ray]"), GPUs of one kind; this machine needs no GPU.',
     ),
 ]
+BlockScaleA = Annotated[
+    str,
+    typer.Option(
+        help="Layout of Block_FP8's activation scales Helion is tuned, checked and marked on: row "
+        "(row-major, what hlvllm's op design quantizes into) or tma (vLLM's TMA-aligned column-major, "
+        "what Helion reads in capture mode, HL_DISPATCH_AT=capture); not with --ray."
+    ),
+]
 Gpu = Annotated[
     str | None,
     typer.Option(
@@ -105,6 +113,7 @@ def autotune(
     gpu: Gpu = None,
     gpus: Gpus = None,
     ray: RayAddress = None,
+    block_scale_a: BlockScaleA = "row",
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -136,6 +145,16 @@ def autotune(
     if list_:
         _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
         return
+    from hltools.bench import BLOCK_SCALE_A_LAYOUTS
+
+    if block_scale_a not in BLOCK_SCALE_A_LAYOUTS:
+        raise typer.BadParameter(
+            f"must be one of {list(BLOCK_SCALE_A_LAYOUTS)}", param_hint="--block-scale-a"
+        )
+    if block_scale_a != "row" and ray is not None:
+        raise typer.BadParameter(
+            "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
+        )
     if effort == Effort.grid and (ray is not None or (gpus or 1) > 1):
         raise typer.BadParameter("grid runs on one GPU (not with --gpus > 1 or --ray)", param_hint="--effort")
     if ray is not None:
@@ -151,17 +170,19 @@ def autotune(
             "candidate on the device); none was found. `hltools autotune --list ...` prints the keys without one.",
         )
     output = output if output is not None else _default_output()
-    command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes)
+    command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a)
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
     if effort == Effort.grid:
-        tune = _grid_tuner(_keys_to_tune(keys, path, force), seed)
+        tune = _grid_tuner(_keys_to_tune(keys, path, force), seed, block_scale_a)
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
+    if block_scale_a != "row":
+        meta["block_scale_a"] = block_scale_a
     at.apply_benchmark_env()
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
-    options = at.TuneOptions(effort=effort.value, seed=seed)
+    options = at.TuneOptions(effort=effort.value, seed=seed, block_scale_a=block_scale_a)
     gpu_ids = [] if effort == Effort.grid else _local_gpus(gpus)  # grid: this process, one GPU
     if len(gpu_ids) > 1:
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
@@ -183,7 +204,7 @@ def _keys_to_tune(keys, path, force: bool):
     return [k for k in keys if tuple(sorted(k.key.items())) not in done] or keys
 
 
-def _grid_tuner(keys, seed: int):
+def _grid_tuner(keys, seed: int, block_scale_a: str = "row"):
     """The grid search's tuner over every key of the run (hltools.grid_search). hlcore's kernel cache
     is switched on (a fresh directory for this run unless HL_KERNEL_CACHE_DIR is set) so the search
     process loads what the compile workers generated instead of binding every candidate again."""
@@ -196,8 +217,8 @@ def _grid_tuner(keys, seed: int):
 
     search = gs.GridSearch(
         [(k.fmt, k.n, k.k, k.m) for k in keys],
-        time=gs.gpu_timer(max(k.m for k in keys), seed),
-        compile=gs.parallel_compiler(),
+        time=gs.gpu_timer(max(k.m for k in keys), seed, block_scale_a),
+        compile=gs.parallel_compiler(block_scale_a=block_scale_a),
     )
     return gs.grid_tuner(search)
 
@@ -220,7 +241,9 @@ def _report(out: Console, summary, command: str) -> None:
         raise typer.Exit(1)
 
 
-def _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes) -> str:
+def _resume_command(
+    model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a="row"
+) -> str:
     """The command line that reruns this tuning (without --force: a rerun resumes)."""
     parts = [
         "hltools",
@@ -235,6 +258,7 @@ def _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minut
     parts += ["--num-tokens", ",".join(map(str, tokens)), "--effort", effort.value, "--seed", str(seed)]
     parts += ["--output", str(output)]
     parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
+    parts += ["--block-scale-a", block_scale_a] if block_scale_a != "row" else []
     return shlex.join(parts)
 
 
