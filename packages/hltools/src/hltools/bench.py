@@ -205,11 +205,16 @@ class Candidate:
 BLOCK_SCALE_A_LAYOUTS = ("row", "tma")
 
 
+def check_block_scale_a(layout: str) -> None:
+    """``ValueError`` unless ``layout`` is one of :data:`BLOCK_SCALE_A_LAYOUTS`."""
+    if layout not in BLOCK_SCALE_A_LAYOUTS:
+        raise ValueError(f"block scale_a layout must be one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}")
+
+
 def block_scale_a(scale_a: torch.Tensor, fmt: str, layout: str) -> torch.Tensor:
     """``scale_a`` in ``layout`` (:data:`BLOCK_SCALE_A_LAYOUTS`) for Block_FP8; other formats' per-token
     scales as given. ``ValueError`` for an unknown layout."""
-    if layout not in BLOCK_SCALE_A_LAYOUTS:
-        raise ValueError(f"block scale_a layout must be one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}")
+    check_block_scale_a(layout)
     if fmt != "block_fp8" or layout == "row":
         return scale_a
     return providers.tma_aligned_column_major(scale_a)
@@ -252,8 +257,7 @@ def _helion_config(inputs: GemmInputs, m: int) -> str:
 def helion_candidate(layout: str = "row") -> Candidate:
     """Helion's :class:`Candidate`; ``layout``: the Block_FP8 ``scale_a`` layout it reads
     (:data:`BLOCK_SCALE_A_LAYOUTS`; the kernel name says which when not row-major)."""
-    if layout not in BLOCK_SCALE_A_LAYOUTS:
-        raise ValueError(f"block scale_a layout must be one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}")
+    check_block_scale_a(layout)
     name = "helion scaled_mm" + ("" if layout == "row" else f" (block scale_a {layout})")
     return Candidate(
         "helion", name, FORMATS, functools.partial(_helion_prepare, layout=layout), _helion_config

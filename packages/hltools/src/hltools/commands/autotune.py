@@ -145,12 +145,12 @@ def autotune(
     if list_:
         _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
         return
-    from hltools.bench import BLOCK_SCALE_A_LAYOUTS
+    from hltools.bench import check_block_scale_a
 
-    if block_scale_a not in BLOCK_SCALE_A_LAYOUTS:
-        raise typer.BadParameter(
-            f"must be one of {list(BLOCK_SCALE_A_LAYOUTS)}", param_hint="--block-scale-a"
-        )
+    try:
+        check_block_scale_a(block_scale_a)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--block-scale-a") from None
     if block_scale_a != "row" and ray is not None:
         raise typer.BadParameter(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
