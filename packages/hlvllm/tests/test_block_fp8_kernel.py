@@ -291,6 +291,42 @@ def test_block_precompile_sees_the_scale_layout_vllms_quantizer_writes(cuda_like
     assert rel_error(ones, ref) <= tolerance("block_fp8", torch.bfloat16)
 
 
+def test_block_guard_times_helion_on_the_scales_it_will_read(cuda_like, graphs_on_config, monkeypatch):
+    """The speed guard's Helion side is the layer's Helion path: our quantizer's row-major scales in
+    the op design; at capture vLLM's own quantizer (DeepGEMM's TMA-aligned column-major scales,
+    which cost the Helion GEMM 3-18 % on the H200 from M = 2), then the Helion GEMM. Both equal the
+    fp32 reference of the layer."""
+    from hlcore import scaled_mm as sm
+    from hlvllm.block_fp8_kernel import HelionFp8BlockScaledMMKernel
+    from hlvllm.settings import get_settings
+
+    n, k, m = 200, 300, 3
+    _, w_q, w_s, _ = _block_layer(n, k, seed=7)
+    seen, real = [], sm.scaled_mm
+    monkeypatch.setattr(
+        sm, "scaled_mm", lambda a, b, sa, *r, **kw: seen.append(sa.stride()) or real(a, b, sa, *r, **kw)
+    )
+
+    def vllm_quant(x):  # vLLM's QuantFP8(tma_aligned_scales=True) for DeepGEMM: [M, 3], strides (1, 4)
+        q, scale_a = per_token_group_fp8_quant_ref(x)
+        return q, torch.empty_strided(scale_a.shape, (1, 4)).copy_(scale_a)
+
+    for mode, strides in (("op", (3, 1)), ("capture", (1, 4))):
+        cuda_like.setenv("HL_DISPATCH_AT", mode)
+        get_settings.cache_clear()
+        kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
+        cuda_like.setattr(kernel.fallback, "quant_fp8", vllm_quant, raising=False)
+        shape = kernel.guard_shape(w_q, w_s, w_s)
+        helion_calls, _ = shape.make_calls(m, 2)
+        seen.clear()
+        out = helion_calls[0]()
+        assert seen == [strides], mode
+        x = torch.randn((m, k), generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+        q, scale_a = per_token_group_fp8_quant_ref(x)
+        ref = scaled_mm_ref(q, w_q.t(), scale_a, w_s, torch.bfloat16, block_size=(128, 128))
+        assert rel_error(out, ref) <= tolerance("block_fp8", torch.bfloat16), mode
+
+
 @pytest.mark.triton_interpret  # the kernel cache stores generated code
 def test_block_precompile_entry_is_the_one_the_captured_call_loads(cuda_like, graphs_on_config, tmp_path):
     """At capture vLLM's DeepGEMM op hands over the layer's own ``nn.Parameter``s (weight,

@@ -191,6 +191,17 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
         q, scale_a = self.quant_fp8(x_2d)  # fp8 [M, K], fp32 [M, ceil(K/128)], both row-major
         return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias, config)
 
+    def guard_helion_path(self, x_2d, weight, helion_scale, out_dtype, bias) -> torch.Tensor:
+        """The Helion side of this layer as the speed guard times it: :meth:`helion_path` in the op
+        design; at capture vLLM's own activation quantization (its ``QuantFP8``, whose scale layout
+        the routed Helion GEMM reads: column-major for DeepGEMM, slower than row-major from M = 2)
+        and the Helion GEMM on its output."""
+        quant = getattr(self.fallback, "quant_fp8", None) if self.at_capture else None
+        if quant is None:
+            return self.helion_path(x_2d, weight, helion_scale, out_dtype, bias)
+        q, scale_a = quant(x_2d)
+        return self.helion_gemm(q, scale_a, weight, helion_scale, out_dtype, bias)
+
     def helion_gemm(self, q, scale_a, weight, helion_scale, out_dtype, bias, config=None) -> torch.Tensor:
         from hlcore.scaled_mm import scaled_mm
 
@@ -243,7 +254,8 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
 
     def guard_shape(self, weight, weight_scale, helion_scale):
         """The speed guard's view of this layer shape (:class:`hlvllm.guard.GuardShape`): the whole op
-        (1x128 quantization + GEMM) on each side, random bf16 activations."""
+        (1x128 quantization + GEMM) on each side, random bf16 activations; Helion's side as the layer
+        runs it (:meth:`guard_helion_path`)."""
         from hlvllm.guard import GuardShape, weight_copies
 
         n, k = weight.shape
@@ -253,7 +265,7 @@ class HelionFp8BlockScaledMMKernel(HelionLinearKernelChecks, Fp8BlockScaledMMLin
             gen = torch.Generator(device=weight.device).manual_seed(m)
             x = torch.randn((m, k), generator=gen, device=weight.device).to(out_dtype)
             ws = weight_copies(weight, copies)
-            helion = [lambda w=w: self.helion_path(x, w, helion_scale, out_dtype, None) for w in ws]
+            helion = [lambda w=w: self.guard_helion_path(x, w, helion_scale, out_dtype, None) for w in ws]
             vllm = [lambda w=w: self.fallback_path(x, w, weight_scale, out_dtype, None) for w in ws]
             return helion, vllm
 
