@@ -187,3 +187,20 @@ def test_real_timer_is_off_without_a_gpu(hl_env):
 
     assert not torch.cuda.is_available()
     assert guard.TIMER is guard.time_shape and not guard._enabled()
+
+
+def test_a_cached_verdict_is_not_reused_by_another_dispatch_mode_or_kernel_source(hl_env):
+    """The op design and capture mode hand Helion other activation-scale layouts (Block_FP8), and a
+    changed hlcore kernel is another kernel: neither reuses the other's verdict."""
+    from hlcore import kernel_cache
+    from hlvllm import guard
+    from hlvllm.settings import get_settings
+
+    keys = {}
+    for mode in ("op", "capture"):
+        hl_env.setenv("HL_DISPATCH_AT", mode)
+        get_settings.cache_clear()
+        keys[mode] = guard._cache_key("nvidia_h200", "block_fp8", 8, 4096, 4096, "{}", "DeepGemm")
+    assert keys["op"] != keys["capture"]
+    hl_env.setattr(kernel_cache, "source_digest", lambda: "0" * 64)
+    assert guard._cache_key("nvidia_h200", "block_fp8", 8, 4096, 4096, "{}", "DeepGemm") != keys["capture"]

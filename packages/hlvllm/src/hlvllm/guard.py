@@ -22,8 +22,9 @@ or shape not covered then is timed at its own first eager call (:func:`check_key
 per format: ``N shapes checked: Helion on a, vLLM's kernel on b; took x s``.
 
 Cached on disk next to the kernel cache (``$HL_KERNEL_CACHE_DIR/speed_guard.json``), keyed by the GPU,
-the versions of torch, triton, helion, vLLM, hlcore and hlvllm, the format, M, N, K, the Helion
-config and vLLM's kernel: a restart does not time again. A guard failure (an error, out of memory)
+the versions of torch, triton, helion, vLLM, hlcore and hlvllm, a digest of hlcore's kernel sources,
+``HL_DISPATCH_AT``, the format, M, N, K, the Helion config and vLLM's kernel: a restart does not
+time again. A guard failure (an error, out of memory)
 sends that shape to vLLM's kernel with one warning. ``HL_SPEED_GUARD=0`` turns it off (Helion then
 runs every picked config, as before the guard). Without a CUDA device nothing is timed.
 """
@@ -252,7 +253,14 @@ def _versions() -> str:
 
 
 def _cache_key(gpu: str | None, fmt: str, m: int, n: int, k: int, config: str, vllm_kernel: str) -> str:
-    return f"{gpu}|{_versions()}|{fmt}|m={m}|n={n}|k={k}|{config}|{vllm_kernel}"
+    """A verdict's key: the GPU, the versions, hlcore's kernel sources (a changed kernel is timed
+    again; the package versions do not change with the code), where dispatch happens
+    (``HL_DISPATCH_AT``: the op design and capture mode hand Helion other activation-scale layouts),
+    the shape, Helion's config and vLLM's kernel."""
+    from hlcore.kernel_cache import source_digest
+
+    where = get_settings().dispatch_at
+    return f"{gpu}|{_versions()}|hlcore={source_digest()[:16]}|{where}|{fmt}|m={m}|n={n}|k={k}|{config}|{vllm_kernel}"
 
 
 def _cache() -> dict[str, dict]:
