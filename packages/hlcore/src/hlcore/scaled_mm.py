@@ -177,7 +177,8 @@ def _scaled_mm_body(
 
 def helion_config(config_text: str) -> helion.Config:
     """The ``helion.Config`` for a scaled_mm config JSON: the kernel's own tunables that it leaves
-    out take the plain algorithm (:data:`USER_TUNABLE_DEFAULTS`: ``split_k = 1``, no ``swap_ab``, no ``prefetch_scales``)."""
+    out take the plain algorithm (:data:`USER_TUNABLE_DEFAULTS`: ``split_k = 1``, no ``swap_ab``,
+    no ``prefetch_scales``)."""
     _import_helion()
     config = dict(helion.Config.from_json(config_text))
     return helion.Config(**{**USER_TUNABLE_DEFAULTS, **config})
@@ -376,8 +377,9 @@ def scaled_mm(
         block_size: ``(128, 128)`` for Block_FP8 (vLLM's ``weight_block_size``), else None.
         config: a ``helion.Config`` (or its dict / JSON) with ``block_sizes = [block_m, block_n,
             block_k]`` (block_k is fixed to 128 for block_fp8), ``split_k``, ``swap_ab``,
-            ``prefetch_scales`` and Triton knobs; default :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` (the tuned config
-            for this GPU and shape, else :func:`hlcore.scaled_mm_config.default_scaled_mm_config`).
+            ``prefetch_scales`` and Triton knobs; default
+            :func:`hlcore.scaled_mm_config.pick_scaled_mm_config` (the tuned config for this GPU
+            and shape, else :func:`hlcore.scaled_mm_config.default_scaled_mm_config`).
         out: optional ``[M, N]`` tensor of ``out_dtype`` with contiguous rows, written in place
             (the buffer of vLLM's out-variant ``cutlass_scaled_mm``); default a new tensor.
 

@@ -128,9 +128,8 @@ class TuneOptions:
     effort: str = "quick"
     seed: int = 0
     budget_seconds: int | None = None  # for this key's search (Helion's autotune_budget_seconds)
-    block_scale_a: str = (
-        "row"  # Block_FP8 scale_a layout tuned and checked on (hltools.bench.BLOCK_SCALE_A_LAYOUTS)
-    )
+    # the Block_FP8 scale_a layout tuned and checked on (hltools.bench.BLOCK_SCALE_A_LAYOUTS)
+    block_scale_a: str = "row"
 
 
 @dataclass

@@ -115,8 +115,11 @@ def run(
         try:
             startup.import_kernels()  # a failing import falls back like any Helion failure
             first = not capturing and (fmt, m, n, k) not in _validated
-            timer = startup.timed("first Helion calls", f"{fmt} M={m} N={n} K={k}")
-            with timer if first else contextlib.nullcontext():
+            with (
+                startup.timed("first Helion calls", f"{fmt} M={m} N={n} K={k}")
+                if first
+                else contextlib.nullcontext()
+            ):
                 out = helion_fn()
             if first:
                 _validated.add((fmt, m, n, k))

@@ -24,9 +24,9 @@ per format: ``N shapes checked: Helion on a, vLLM's kernel on b; took x s``.
 Cached on disk next to the kernel cache (``$HL_KERNEL_CACHE_DIR/speed_guard.json``), keyed by the GPU,
 the versions of torch, triton, helion, vLLM, hlcore and hlvllm, a digest of hlcore's kernel sources,
 ``HL_DISPATCH_AT``, the format, M, N, K, the Helion config and vLLM's kernel: a restart does not
-time again. A guard failure (an error, out of memory)
-sends that shape to vLLM's kernel with one warning. ``HL_SPEED_GUARD=0`` turns it off (Helion then
-runs every picked config, as before the guard). Without a CUDA device nothing is timed.
+time again. A guard failure (an error, out of memory) sends that shape to vLLM's kernel with one
+warning. ``HL_SPEED_GUARD=0`` turns it off (Helion then runs every picked config, as before the
+guard). Without a CUDA device nothing is timed.
 """
 
 from __future__ import annotations
@@ -259,8 +259,8 @@ def _cache_key(gpu: str | None, fmt: str, m: int, n: int, k: int, config: str, v
     the shape, Helion's config and vLLM's kernel."""
     from hlcore.kernel_cache import source_digest
 
-    where = get_settings().dispatch_at
-    return f"{gpu}|{_versions()}|hlcore={source_digest()[:16]}|{where}|{fmt}|m={m}|n={n}|k={k}|{config}|{vllm_kernel}"
+    code = f"hlcore={source_digest()[:16]}|{get_settings().dispatch_at}"
+    return f"{gpu}|{_versions()}|{code}|{fmt}|m={m}|n={n}|k={k}|{config}|{vllm_kernel}"
 
 
 def _cache() -> dict[str, dict]:

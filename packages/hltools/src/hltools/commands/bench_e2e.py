@@ -38,7 +38,8 @@ Rounds = Annotated[
 Plugins = Annotated[
     str,
     typer.Option(
-        help="Which engines (comma-separated, run in turn, reversed every other round): off (no plugin), on (the plugin's "
+        help="Which engines (comma-separated, run in turn, reversed every other round): off (no "
+        "plugin), on (the plugin's "
         "defaults: Helion GEMMs only, vLLM's norm/activation/quant layers fused by Inductor), gemm "
         "(Helion GEMMs only, explicit HL_AUX_KERNELS=none), aux (Helion GEMMs and aux kernels: "
         "HL_AUX_KERNELS=all), fused (HL_AUX_FUSION=1: the aux kernels, each norm / silu_and_mul "

@@ -1,5 +1,6 @@
 """What ``hltools bench e2e`` runs: the options every engine run measures with (:class:`E2EOptions`),
-the runs in order (:func:`plan_runs`: plugin settings in turn, reversed every other round, round 0 with cold compile caches),
+the runs in order (:func:`plan_runs`: plugin settings in turn, reversed every other round, round 0
+with cold compile caches),
 each worker's command line (:func:`worker_command`) and the file names (:func:`e2e_stem`).
 """
 
