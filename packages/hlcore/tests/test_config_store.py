@@ -65,7 +65,8 @@ def test_round_trip_and_file_layout(tmp_path):
     default = ConfigEntry({}, CFG)
     tuned = [_entry(6144, 4096, m) for m in (32, 1, 8)]
     marked = ConfigEntry(cs.scaled_mm_key("w8a8_int8", 4096, 4096, 1), CFG, True, {"helion_us": 9.5})
-    cs.save_config_file(path, [*tuned, default, marked], META)
+    column = ConfigEntry(cs.scaled_mm_key("block_fp8", 4096, 4096, 1), CFG, block_scale_a="tma")
+    cs.save_config_file(path, [*tuned, default, marked, column], META)
 
     text = path.read_text()
     assert text.endswith("}\n]\n")
@@ -73,16 +74,18 @@ def test_round_trip_and_file_layout(tmp_path):
     assert text == json.dumps(data, indent=2, sort_keys=True) + "\n"  # sorted keys, indent 2
     assert data[0] == {"_metadata": META}
     assert data[1] == {"key": {}, "config": CFG}  # default first, then keys in numeric order
-    assert [d["key"].get("m") for d in data[2:5]] == [1, 8, 32]
+    assert [d["key"].get("m") for d in data[3:6]] == [1, 8, 32]
     assert data[-1]["fallback"] is True and data[-1]["stats"] == {"helion_us": 9.5}
-    assert "fallback" not in data[2]
+    assert data[2] == {"key": column.key, "config": CFG, "block_scale_a": "tma"}  # block_fp8 sorts first
+    assert "fallback" not in data[3] and "block_scale_a" not in data[3]  # row-major: the field left out
 
     cf = cs.read_config_file(path)
     assert cf.metadata == META
     assert cf.default == default
     assert cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 8)) == tuned[2]
     assert cf.get(cs.scaled_mm_key("w8a8_int8", 4096, 4096, 1)).fallback
-    assert len(cf.entries) == 5
+    assert cf.get(column.key).block_scale_a == "tma" and cf.get(tuned[0].key).block_scale_a == "row"
+    assert len(cf.entries) == 6
     # what the loader accepts for this GPU and helion version
     loaded = cs.load_config_file(path, helion_version="1.5.0")
     assert loaded is not None and loaded.entries == cf.entries
@@ -141,6 +144,7 @@ def test_save_refuses_to_merge_into_a_corrupt_file(tmp_path):
         ('[{"key": {"n": true}, "config": {}}]', "key must be an object of int or string"),
         ('[{"key": {}, "config": []}]', "config must be an object"),
         ('[{"key": {}, "config": {}, "fallback": "yes"}]', "fallback must be"),
+        ('[{"key": {}, "config": {}, "block_scale_a": "col"}]', "block_scale_a must be one of"),
         ('[{"key": {}, "config": {}}, {"key": {}, "config": {}}]', "duplicate key"),
         ('[{"_metadata": {}}, {"_metadata": {}}]', "second"),
         ('[{"_metadata": {"gpu": "nvidia_h100"}}]', "tuned on GPU 'nvidia_h100', not 'nvidia_h200'"),

@@ -381,3 +381,19 @@ def test_tuning_inputs_take_the_block_scale_layout(monkeypatch, fmt, layout, str
     d = at._inputs(at.TuneKey(fmt, 64, 384, 3), at.TuneOptions(block_scale_a=layout), seed=1)
     ref = real(3, 64, 384, fmt=fmt, device="cpu", seed=1)
     assert d["scale_a"].stride() == strides and torch.equal(d["scale_a"], ref["scale_a"])
+
+
+def test_block_keys_tuned_on_the_column_major_layout_say_so(tmp_path):
+    """``--block-scale-a tma`` (the metadata's ``block_scale_a``): each Block_FP8 entry records the
+    layout it was tuned and checked on; per-token formats' entries do not."""
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    keys = at.build_keys(TINY, ["block_fp8", "fp8_dynamic"], [1], (1,))
+    at.run_autotune(keys, path, tune=FakeTuner(), check=fake_check, metadata={**META, "block_scale_a": "tma"})
+    layouts = {(e.key["format"], e.key["n"], e.key["k"]): e.block_scale_a for e in _entries(path).values()}
+    assert set(layouts) == {
+        (f, n, k) for f in ("block_fp8", "fp8_dynamic") for n, k in ((768, 256), (256, 256), (256, 384))
+    }
+    assert {f: {v for (g, *_), v in layouts.items() if g == f} for f in ("block_fp8", "fp8_dynamic")} == {
+        "block_fp8": {"tma"},
+        "fp8_dynamic": {"row"},
+    }

@@ -129,8 +129,8 @@ def test_measured_config_labels():
 # --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
-def _write_bench(path, rows, command="hltools bench kernels --model x"):
-    write_json(path, {"metadata": {"command": command}, "results": [r.to_dict() for r in rows]})
+def _write_bench(path, rows, command="hltools bench kernels --model x", **metadata):
+    write_json(path, {"metadata": {"command": command, **metadata}, "results": [r.to_dict() for r in rows]})
     return path
 
 
@@ -514,3 +514,28 @@ def test_cli_default_rule_is_three_processes_and_two_percent(tmp_path):
     assert marks == {1: True, 2: False}
     assert "--margin 0.02 --min-processes 3" in cf.metadata["command"]
     assert _stats(out, "fp8_dynamic", 6144, 4096, 2)["process_ratios"] == pytest.approx([0.99, 1.01, 1.03])
+
+
+def test_block_entries_record_the_scale_a_layout_they_were_measured_on(tmp_path, picks, monkeypatch):
+    """Processes run with ``--block-scale-a tma``: their Block_FP8 keys say so in the file (the
+    picker hands it to dispatch), per-token formats do not; a key measured on both layouts is skipped."""
+    runs = [
+        (_pair(9.0, 10.0, fmt="block_fp8", m=1) + _pair(9.0, 10.0, m=1), "tma"),
+        (_pair(9.5, 10.0, fmt="block_fp8", m=2), "row"),
+        (_pair(9.0, 10.0, fmt="block_fp8", m=4), "tma"),
+        (_pair(9.0, 10.0, fmt="block_fp8", m=4), "row"),
+    ]
+    files = [
+        str(_write_bench(tmp_path / f"run{i}.json", rows, block_scale_a=layout))
+        for i, (rows, layout) in enumerate(runs)
+    ]
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["configs", "from-bench", *files, "--output", str(out), *ONE_RUN])
+    assert result.exit_code == 0, result.output
+    assert "M=4: measured on several scale_a layouts ['row', 'tma']" in " ".join(result.output.split())
+    data = json.loads((out / "scaled_mm" / "nvidia_h200.json").read_text())
+    layouts = {(d["key"]["format"], d["key"]["m"]): d.get("block_scale_a") for d in data if "key" in d}
+    assert layouts == {("block_fp8", 1): "tma", ("block_fp8", 2): None, ("fp8_dynamic", 1): None}
+    monkeypatch.setattr(cs, "installed_helion_version", lambda: "1.5.0")
+    assert picks("block_fp8", 6144, 4096, 1).block_scale_a == "tma"
+    assert picks("block_fp8", 6144, 4096, 2).block_scale_a == "row"

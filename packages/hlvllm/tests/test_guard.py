@@ -204,3 +204,48 @@ def test_a_cached_verdict_is_not_reused_by_another_dispatch_mode_or_kernel_sourc
     assert keys["op"] != keys["capture"]
     hl_env.setattr(kernel_cache, "source_digest", lambda: "0" * 64)
     assert guard._cache_key("nvidia_h200", "block_fp8", 8, 4096, 4096, "{}", "DeepGemm") != keys["capture"]
+
+
+@pytest.mark.parametrize("mode", ["op", "capture"])
+def test_a_block_mark_holds_only_on_the_scale_a_layout_it_was_measured_on(hl_env, tmp_path, mode):
+    """Block_FP8 keys measured on row-major scale_a (what the op design hands Helion) and on vLLM's
+    column-major one ("tma", what capture mode hands it): in its own mode a key runs as tuned, in the
+    other the speed guard decides it; a fallback mark holds in both."""
+    from hlcore import scaled_mm_config as smc
+    from hlcore.config_store import installed_helion_version
+    from hlvllm import routing
+    from hlvllm.settings import get_settings
+
+    n, k = 256, 512
+    entries = [{"_metadata": {"gpu": "nvidia_h200", "helion": installed_helion_version()}}]
+    for m, layout, fallback in ((1, None, False), (2, "tma", False), (4, None, True), (8, "tma", True)):
+        e = {"key": {"format": "block_fp8", "n": n, "k": k, "m": m}, "config": GOOD}
+        if layout:
+            e["block_scale_a"] = layout
+        if fallback:
+            e["fallback"] = True
+        entries.append(e)
+    entries.append(
+        {"key": {"format": "fp8_dynamic", "n": n, "k": k, "m": 1}, "config": GOOD, "block_scale_a": "tma"}
+    )
+    path = tmp_path / "configs" / "scaled_mm" / "nvidia_h200.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(entries))
+    hl_env.setattr(smc, "current_gpu_name", lambda device=None: "nvidia_h200")
+    hl_env.setenv("HL_CONFIG_DIR", str(tmp_path / "configs"))
+    hl_env.setenv("HL_DISPATCH_AT", mode)
+    get_settings.cache_clear()
+    smc.clear_scaled_mm_config_cache()
+    routing.reset()
+    try:
+        r = {m: routing.decide("block_fp8", m, n, k) for m in (1, 2, 4, 8)}
+    finally:
+        smc.clear_scaled_mm_config_cache()
+    own, other = (1, 2) if mode == "op" else (2, 1)
+    assert routing.block_scale_a() == ("row" if mode == "op" else "tma")
+    assert r[own].helion and not r[own].guarded and r[own].reason == "tuned key"
+    assert r[other].helion and r[other].guarded and r[other].pick.source == "exact"
+    assert "scale_a" in r[other].reason
+    assert not r[4].helion and not r[8].helion
+    fp8 = routing.decide("fp8_dynamic", 1, n, k)  # per-token scale_a has one layout: the field is moot
+    assert fp8.helion and not fp8.guarded and fp8.reason == "tuned key"

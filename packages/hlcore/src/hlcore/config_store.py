@@ -20,7 +20,10 @@ File format (the shape of vLLM's own Helion config files, plus one metadata entr
   (:func:`scaled_mm_key`). At most one entry per key.
 * ``config`` is a ``helion.Config`` as a dict (``json.loads(config.to_json())``).
 * ``fallback: true`` marks a key whose tuned config lost to vLLM's kernel: dispatch keeps vLLM's
-  kernel there. An entry may hold ``stats`` (what the tuner measured, informative only); shipped
+  kernel there. ``block_scale_a`` (optional, block formats): the layout of ``scale_a`` the config
+  and its mark were measured on, one of :data:`BLOCK_SCALE_A_LAYOUTS`; absent means ``"row"``
+  (row-major ``[M, K // 128]``); ``"tma"`` is vLLM's column-major, TMA-padded layout (what
+  hlvllm's capture mode hands the GEMM). An entry may hold ``stats`` (what the tuner measured, informative only); shipped
   files keep them in a *stats sidecar* instead (below).
 
 Stats sidecar (:func:`save_stats_file`, :func:`read_stats_file`): the per-key measurements behind
@@ -169,6 +172,10 @@ def key_id(key: Mapping[str, KeyValue]) -> KeyId:
     return tuple(sorted(key.items()))
 
 
+#: Layouts of a block format's ``scale_a`` an entry's measurements may name (``block_scale_a``).
+BLOCK_SCALE_A_LAYOUTS = ("row", "tma")
+
+
 def scaled_mm_key(fmt: str, n: int, k: int, m: int) -> dict[str, KeyValue]:
     """The key of one tuned scaled GEMM shape: ``{"format": fmt, "n": N, "k": K, "m": M}``."""
     return {"format": fmt, "n": int(n), "k": int(k), "m": int(m)}
@@ -176,12 +183,14 @@ def scaled_mm_key(fmt: str, n: int, k: int, m: int) -> dict[str, KeyValue]:
 
 @dataclass(frozen=True)
 class ConfigEntry:
-    """One ``{"key": ..., "config": ..., "fallback": ..., "stats": ...}`` item of a config file."""
+    """One ``{"key": ..., "config": ..., "fallback": ..., "block_scale_a": ..., "stats": ...}`` item
+    of a config file (fields: module docstring)."""
 
     key: dict[str, KeyValue]
     config: dict[str, Any]
     fallback: bool = False
     stats: dict[str, Any] = field(default_factory=dict)
+    block_scale_a: str = "row"
 
     @property
     def id(self) -> KeyId:
@@ -191,6 +200,8 @@ class ConfigEntry:
         out: dict[str, Any] = {"key": dict(self.key), "config": dict(self.config)}
         if self.fallback:
             out["fallback"] = True
+        if self.block_scale_a != "row":
+            out["block_scale_a"] = self.block_scale_a
         if self.stats:
             out["stats"] = dict(self.stats)
         return out
@@ -232,8 +243,8 @@ def parse_config_json(data: object, source: str = "<config>") -> ConfigFile:
 
     Raises:
         ConfigFileError: not a list; an item that is neither ``{"_metadata": {...}}`` nor
-            ``{"key": {...}, "config": {...}}`` (optional ``fallback`` bool, ``stats`` object); a
-            key value that is not an int or a string; two metadata items; a duplicate key.
+            ``{"key": {...}, "config": {...}}`` (optional ``fallback`` bool, ``block_scale_a`` one of
+            :data:`BLOCK_SCALE_A_LAYOUTS`, ``stats`` object); a key value that is not an int or a string; two metadata items; a duplicate key.
     """
 
     def bad(reason: str) -> ConfigFileError:
@@ -253,10 +264,11 @@ def parse_config_json(data: object, source: str = "<config>") -> ConfigFile:
                 raise bad(f'entry {i}: a second "_metadata" entry')
             metadata = dict(item[METADATA])
             continue
-        extra = set(item) - {"key", "config", "fallback", "stats"}
+        extra = set(item) - {"key", "config", "fallback", "block_scale_a", "stats"}
         if extra or "key" not in item or "config" not in item:
             raise bad(
-                f'entry {i} must be {{"key": {{...}}, "config": {{...}}}} (optional "fallback", "stats"); '
+                f'entry {i} must be {{"key": {{...}}, "config": {{...}}}} (optional "fallback", '
+                f'"block_scale_a", "stats"); '
                 f"got fields {sorted(item)}"
             )
         key, config = item["key"], item["config"]
@@ -272,7 +284,10 @@ def parse_config_json(data: object, source: str = "<config>") -> ConfigFile:
         stats = item.get("stats", {})
         if not isinstance(stats, dict):
             raise bad(f"entry {i}: stats must be an object; got {type(stats).__name__}")
-        entry = ConfigEntry(dict(key), dict(config), fallback, dict(stats))
+        layout = item.get("block_scale_a", "row")
+        if layout not in BLOCK_SCALE_A_LAYOUTS:
+            raise bad(f"entry {i}: block_scale_a must be one of {BLOCK_SCALE_A_LAYOUTS}; got {layout!r}")
+        entry = ConfigEntry(dict(key), dict(config), fallback, dict(stats), layout)
         if entry.id in entries:
             raise bad(f"entry {i}: duplicate key {key!r}")
         entries[entry.id] = entry

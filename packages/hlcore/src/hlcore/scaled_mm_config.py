@@ -131,7 +131,9 @@ class ScaledMMConfigPick:
     ``fallback``: the chosen entry is marked as slower than vLLM's kernel (dispatch should use
     vLLM's kernel for this shape). ``key``: the chosen entry's key, ``path``: its file (for a
     ``"heuristic"`` pick: the GPU's file that had no usable entry, None when it has no file).
-    ``gpu``: the canonical GPU name the pick was made for (None: no GPU, e.g. the CPU interpreters)."""
+    ``gpu``: the canonical GPU name the pick was made for (None: no GPU, e.g. the CPU interpreters).
+    ``block_scale_a``: the ``scale_a`` layout the chosen entry was measured on (``"row"`` unless the
+    entry says otherwise, :mod:`hlcore.config_store`)."""
 
     config_json: str
     source: str
@@ -139,6 +141,7 @@ class ScaledMMConfigPick:
     fallback: bool = False
     path: str | None = None
     gpu: str | None = None
+    block_scale_a: str = "row"
 
     @property
     def config(self) -> dict[str, Any]:
@@ -215,7 +218,9 @@ def _pick(fmt: str, m: int, n: int, k: int, gpu: str | None, root: str) -> Scale
             entry, source = cf.default, "default"
         if entry is not None:
             config_json = json.dumps(entry.config, sort_keys=True)
-            return ScaledMMConfigPick(config_json, source, entry.id, entry.fallback, str(cf.path), gpu)
+            return ScaledMMConfigPick(
+                config_json, source, entry.id, entry.fallback, str(cf.path), gpu, entry.block_scale_a
+            )
     config_json = json.dumps(default_scaled_mm_config(m, n, k), sort_keys=True)
     return ScaledMMConfigPick(
         config_json, "heuristic", path=str(cf.path) if cf is not None else None, gpu=gpu

@@ -50,6 +50,7 @@ from hlcore.config_store import (
     save_config_file,
     scaled_mm_key,
 )
+from hlcore.formats import get_format
 from hlcore.scaled_mm_config import check_scaled_mm_config
 from hltools.format_names import check_formats
 from hltools.provenance import versions
@@ -247,10 +248,12 @@ def resume(keys: Sequence[TuneKey], path: Path, metadata: dict[str, Any], force:
 
 
 def save_tuned(path: Path, status: KeyStatus, metadata: dict[str, Any], *, merge: bool) -> None:
-    """A ``tuned`` key's entry into ``path`` (marked fallback where vLLM's kernel was faster)."""
+    """A ``tuned`` key's entry into ``path`` (marked fallback where vLLM's kernel was faster; a
+    block format's entry records the ``scale_a`` layout it was tuned on, ``metadata["block_scale_a"]``)."""
     result = status.result
     result.fallback = result.fallback or result.slower_than_fallback()
-    entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats())
+    layout = metadata.get("block_scale_a", "row") if get_format(status.key.fmt).block_size else "row"
+    entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats(), layout)
     save_config_file(path, [entry], metadata, merge=merge)
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from hlcore import config_store
 from hltools import kernel_results, providers
 from hltools.format_names import FORMATS, check_formats
 from hltools.kernel_results import BASELINES, FIELDS, BenchResult
@@ -199,10 +200,11 @@ class Candidate:
     config: Callable[[GemmInputs, int], str] | None = None
 
 
-#: Layouts of Block_FP8's ``scale_a`` the Helion candidate can read: ``row`` (row-major, what
-#: hlvllm's op design quantizes into) or ``tma`` (vLLM's TMA-aligned column-major, what its
-#: DeepGEMM path writes and the Helion GEMM reads in capture mode, ``HL_DISPATCH_AT=capture``).
-BLOCK_SCALE_A_LAYOUTS = ("row", "tma")
+#: Layouts of Block_FP8's ``scale_a`` the Helion candidate can read (the names config entries record,
+#: :mod:`hlcore.config_store`): ``row`` (row-major, what hlvllm's op design quantizes into) or ``tma``
+#: (vLLM's TMA-aligned column-major, what its DeepGEMM path writes and the Helion GEMM reads in
+#: capture mode, ``HL_DISPATCH_AT=capture``).
+BLOCK_SCALE_A_LAYOUTS = config_store.BLOCK_SCALE_A_LAYOUTS
 
 
 def check_block_scale_a(layout: str) -> None:

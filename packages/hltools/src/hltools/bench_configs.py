@@ -72,6 +72,7 @@ from hlcore.config_store import (
     save_stats_file,
     scaled_mm_key,
 )
+from hlcore.formats import get_format
 from hlcore.scaled_mm_config import (
     SCALED_MM_FORMATS,
     ScaledMMConfigPick,
@@ -154,7 +155,10 @@ def pick_from_config_dir(
             entry, source = usable[()], "default"
         if entry is not None:
             config_json = json.dumps(entry.config, sort_keys=True)
-            return ScaledMMConfigPick(config_json, source, entry.id, entry.fallback, str(path), canonical), ""
+            pick = ScaledMMConfigPick(
+                config_json, source, entry.id, entry.fallback, str(path), canonical, entry.block_scale_a
+            )
+            return pick, ""
         why = f"{path} has no usable {fmt} entry and no default entry"
         file_without_entry = str(path)
         break  # the picker does not look further than the first usable file
@@ -214,13 +218,17 @@ def entries_from_bench(
     processes: Sequence[int] | None = None,
     margin: float = 0.0,
     min_processes: int = 1,
+    block_scale_a: Mapping[int, str] | None = None,
 ) -> list[ConfigEntry]:
     """One :class:`ConfigEntry` per (format, N, K, M) with a usable Helion row and a timed vLLM
     row (rules: module docstring), sorted by key. Reasons for skipped rows are appended to
     ``skipped`` (when given) and logged. ``config_dir``: the config directory the benchmark ran
     with, to resolve label-only rows (:func:`measured_config`). ``processes``: the process (input
     file) of each row, parallel to ``results`` (default: all one process); ``margin`` and
-    ``min_processes``: the fallback rule (defaults: any loss, one process)."""
+    ``min_processes``: the fallback rule (defaults: any loss, one process). ``block_scale_a``: the
+    layout of Block_FP8's ``scale_a`` each process's Helion rows read (``hltools bench kernels
+    --block-scale-a``; default and missing processes ``"row"``): a block key's entry records it, and
+    a key measured on several layouts is skipped (its mark would mix two kernels' inputs)."""
     skipped = skipped if skipped is not None else []
     results = list(results)
     process_of = list(processes) if processes is not None else [0] * len(results)
@@ -261,12 +269,17 @@ def entries_from_bench(
             continue
         measurements.setdefault((r.format, r.n, r.k, r.m), []).append((r, base, config, source, p))
 
+    layout_of = block_scale_a or {}
     entries = []
     for (fmt, n, k, m), ms in sorted(measurements.items()):
         if len({json.dumps(c, sort_keys=True) for _, _, c, _, _ in ms}) > 1:
             skip(f"{fmt} N={n} K={k} M={m}: measured with {len(ms)} different configs")
             continue
-        entry = _entry_from_measurements(fmt, n, k, m, ms, margin, min_processes)
+        layouts = {layout_of.get(x[4], "row") for x in ms} if get_format(fmt).block_size else {"row"}
+        if len(layouts) > 1:
+            skip(f"{fmt} N={n} K={k} M={m}: measured on several scale_a layouts {sorted(layouts)}")
+            continue
+        entry = _entry_from_measurements(fmt, n, k, m, ms, margin, min_processes, layouts.pop())
         if isinstance(entry, str):
             skip(entry)
             continue
@@ -278,7 +291,9 @@ def _ratio(h: BenchResult, v: BenchResult) -> float:
     return h.median_us / v.median_us
 
 
-def _entry_from_measurements(fmt, n, k, m, ms, margin: float, min_processes: int) -> ConfigEntry | str:
+def _entry_from_measurements(
+    fmt, n, k, m, ms, margin: float, min_processes: int, layout: str = "row"
+) -> ConfigEntry | str:
     """The entry of one key from its measurements ``(helion, vllm, config, source, process)``, or why
     it is skipped (too few processes)."""
     worst: dict[int, tuple] = {}  # process -> its worst measurement
@@ -313,7 +328,7 @@ def _entry_from_measurements(fmt, n, k, m, ms, margin: float, min_processes: int
     if _finite(h.rel_err):
         stats["rel_err"] = h.rel_err
     fallback = median_ratio > 1.0 + margin
-    return ConfigEntry(scaled_mm_key(fmt, n, k, m), dict(config), fallback, stats)
+    return ConfigEntry(scaled_mm_key(fmt, n, k, m), dict(config), fallback, stats, layout)
 
 
 def _one(values: Iterable[str], what: str) -> str:
@@ -463,6 +478,7 @@ def write_config_and_stats(
     ``stats_file``) into the config file ``path``; their stats into the sidecar ``stats_path``
     (same keys, :func:`stats_metadata`). Both merged unless ``merge`` is False."""
     metadata = {**metadata, "stats_file": str(stats_path)}
-    save_config_file(path, [ConfigEntry(e.key, e.config, e.fallback) for e in entries], metadata, merge=merge)
+    entries_only = [ConfigEntry(e.key, e.config, e.fallback, block_scale_a=e.block_scale_a) for e in entries]
+    save_config_file(path, entries_only, metadata, merge=merge)
     stats = {e.id: e.stats for e in entries if e.stats}
     save_stats_file(stats_path, stats, stats_metadata(metadata, path), merge=merge)

@@ -12,7 +12,10 @@
 4. The tuned key of this exact (format, M, N, K) is marked ``"fallback": true`` (vLLM's kernel was
    faster by more than 2 % in the median of at least 3 processes, ``hltools configs from-bench``):
    vLLM's kernel. A mark applies to its own key only, never to another shape the picker reuses its
-   config for.
+   config for. A Block_FP8 key measured on another ``scale_a`` layout than the one this dispatch
+   mode hands the GEMM (:func:`block_scale_a`: row-major in the op design, vLLM's column-major at
+   capture; the entry's ``block_scale_a``) and not marked: the speed guard decides, as in rule 5
+   (the layout moves the GEMM's time by up to ~18 %, so its "Helion is faster" is not this call's).
 5. No exact tuned key (the picker reuses another M of the shape, the nearest shape, the file's
    default entry, or the heuristic):
 
@@ -85,6 +88,13 @@ def max_helion_m() -> int:
     return limit if _max_m_limit is None else min(limit, _max_m_limit)
 
 
+def block_scale_a() -> str:
+    """The layout of Block_FP8's ``scale_a`` the Helion GEMM reads in this dispatch mode, by the names
+    of :data:`hlcore.config_store.BLOCK_SCALE_A_LAYOUTS`: ``"row"`` in the op design (hlvllm's
+    quantizer), ``"tma"`` with ``HL_DISPATCH_AT=capture`` (vLLM's quantizer, column-major)."""
+    return "tma" if get_settings().dispatch_at == "capture" else "row"
+
+
 def decide(fmt: str, m: int, n: int, k: int) -> Route:
     """The route of one call of ``fmt`` at ``[M, K] x [K, N]`` by the rules of this module."""
     if m <= 0:
@@ -107,6 +117,7 @@ def decide(fmt: str, m: int, n: int, k: int) -> Route:
 
 def _decide_by_config(fmt: str, m: int, n: int, k: int) -> Route:
     """Rules 4-6 (the config file, ``HL_UNTUNED_SHAPES``, ``HL_DETERMINISTIC``), uncached."""
+    from hlcore.formats import get_format
     from hlcore.scaled_mm_config import SCALED_MM_FORMATS, pick_scaled_mm_config
 
     if fmt not in SCALED_MM_FORMATS:
@@ -124,6 +135,9 @@ def _decide_by_config(fmt: str, m: int, n: int, k: int) -> Route:
     if settings.deterministic:
         config = json.loads(pick.config_json)
         config["split_k"] = 1
+    if exact and pick.block_scale_a != block_scale_a() and get_format(fmt).block_size:
+        why = f"tuned key measured on {pick.block_scale_a} scale_a, this mode reads {block_scale_a()}"
+        return Route(HELION, why, config, pick, guarded=True)
     if exact:
         return Route(HELION, "tuned key", config, pick)
     mode = settings.untuned_shapes

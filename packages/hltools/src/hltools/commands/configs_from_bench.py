@@ -132,6 +132,7 @@ def from_bench(
         processes=processes,
         margin=margin,
         min_processes=min_processes,
+        block_scale_a={i: m.get("block_scale_a", "row") for i, m in enumerate(bench_meta)},
     )
     if not entries:
         console.print(
