@@ -5,7 +5,10 @@ benchmark processes, six of 2026-12-02 afternoon (``lab/results/2026-12-02-after
 six TP 1 models) and three of that evening (``lab/results/2026-12-02-evening/raw/KT*``, Qwen3-8B at
 TP 2): each key timed in three or six processes, Helion vs vLLM's default kernel; a key is marked
 only when vLLM's kernel is faster by more than 2 % in the median over the processes of each
-process's worst ratio. Dispatch routes a marked key to vLLM's kernel. The measurements behind each key live
+process's worst ratio. Qwen3-8B's 28 Block_FP8 keys were measured again on 2026-12-04 the way capture
+mode runs them (``lab/results/2026-12-04-c/raw/KC*``: ``--block-scale-a tma``, vLLM's column-major
+scale_a, with ``prefetch_scales``): those three processes give their configs, marks (same rule) and
+``"block_scale_a": "tma"``. Dispatch routes a marked key to vLLM's kernel. The measurements behind each key live
 in the stats sidecar beside the benchmark results
 (``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file."""
 
@@ -44,6 +47,11 @@ MARKS = [
     )
     for p in runs
 ]
+#: Qwen3-8B's Block_FP8 keys on vLLM's column-major scale_a (capture mode's layout): they replace the
+#: row-major marks of those keys and set the entries' ``block_scale_a``.
+CAPTURE_MARKS = [
+    BENCH_DIR / "2026-12-04-c" / "raw" / "KC" / f"marks-KC{i}" / "kernels.json.gz" for i in (1, 2, 3)
+]
 MARGIN, MIN_PROCESSES = 0.02, 3
 
 
@@ -77,13 +85,21 @@ def _bench_keys() -> dict[tuple, bool]:
             for key, ratio in _pairs(path):
                 new[key] = new.get(key, False) or ratio > 1.0
         out.update({k: v for k, v in new.items() if k not in out})
+    out.update(_marks(MARKS))
+    out.update(_marks(CAPTURE_MARKS))
+    return out
+
+
+def _marks(paths: list[Path]) -> dict[tuple, bool]:
+    """(format, N, K, M) -> fallback mark by the marks' rule over the processes ``paths``."""
     per_process: dict[tuple, list[float]] = {}
-    for path in MARKS:
+    for path in paths:
         worst: dict[tuple, float] = {}
         for key, ratio in _pairs(path):
             worst[key] = max(worst.get(key, 0.0), ratio)
         for key, ratio in worst.items():
             per_process.setdefault(key, []).append(ratio)
+    out = {}
     for key, ratios in per_process.items():
         assert len(ratios) >= MIN_PROCESSES, (key, ratios)
         out[key] = statistics.median(ratios) > 1.0 + MARGIN
@@ -120,6 +136,14 @@ def test_fallback_marks_match_the_benchmark(shipped):
     }
     assert got == bench
     assert 0 < sum(bench.values()) < len(bench)
+    capture = set(_marks(CAPTURE_MARKS))
+    assert len(capture) == 28 and {k[0] for k in capture} == {"block_fp8"}
+    layouts = {
+        (e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e.block_scale_a
+        for e in shipped.entries.values()
+    }
+    assert {k for k, v in layouts.items() if v == "tma"} == capture
+    assert all(layouts[k] == "row" for k in set(layouts) - capture)
     # the marks' processes covered every key
     assert set(bench) == _marked_by_processes()
 
