@@ -262,6 +262,7 @@ def test_block_precompile_sees_the_scale_layout_vllms_quantizer_writes(cuda_like
 
     n, k = 200, 300
     _, w_q, w_s, layer = _block_layer(n, k, seed=3)
+    cuda_like.setenv("HL_DISPATCH_AT", "op")
     get_settings.cache_clear()
     op_kernel = HelionFp8BlockScaledMMKernel(_block_config(n=n, k=k))
     assert not op_kernel.at_capture and op_kernel.scale_a_layouts(3, 3, "cpu")[0].stride() == (3, 1)

@@ -194,16 +194,20 @@ def test_nested_vllm_calls_while_routing_reach_vllms_op(routed, monkeypatch):
     assert torch.equal(out, _helion(args)) and dispatch.DISPATCH_COUNTS[("helion", 4, N, K)] == 1
 
 
+@pytest.mark.parametrize("setting", ["capture", None])
 def test_capture_mode_kernel_keeps_vllms_graph(
-    cuda_like, graphs_on_config, fp8_layer_config, monkeypatch, caplog
+    cuda_like, graphs_on_config, fp8_layer_config, monkeypatch, caplog, setting
 ):
-    """With HL_DISPATCH_AT=capture a kernel adds no compile range and no lowering pass, and warns
-    once when no model runner is there to hook."""
+    """With HL_DISPATCH_AT=capture, and without it (the default), a kernel adds no compile range and no
+    lowering pass, and warns once when no model runner is there to hook."""
     from hlvllm import capture_dispatch, lowering
     from hlvllm.fp8_kernel import HelionFP8ScaledMMLinearKernel
     from hlvllm.settings import get_settings
 
-    cuda_like.setenv("HL_DISPATCH_AT", "capture")
+    if setting is None:
+        cuda_like.delenv("HL_DISPATCH_AT", raising=False)
+    else:
+        cuda_like.setenv("HL_DISPATCH_AT", setting)
     get_settings.cache_clear()
     for name in capture_dispatch.RUNNER_MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)

@@ -56,10 +56,10 @@ def test_int8_can_implement_reasons(hl_env, graphs_on_config):
 
 @pytest.mark.triton_interpret  # no CPU int8 matmul in Helion's eager mode
 @pytest.mark.parametrize("m,aux", [(1, "all"), (5, "all"), (40, "all"), (1, None), (40, None)])
-def test_int8_layer_end_to_end_on_cpu(cuda_like, graphs_on_config, m, aux):
-    """A W8A8 int8 layer processed by CUTLASS's weight code, applied through the Helion kernel (M <= 32)
-    or the fallback (M = 40), equals the fp32 reference of the same quantized tensors. The activations
-    are quantized by our op with ``HL_AUX_KERNELS=all`` (``int8_quant``), by vLLM's
+def test_int8_layer_end_to_end_on_cpu(op_dispatch, cuda_like, graphs_on_config, m, aux):
+    """The op design: a W8A8 int8 layer processed by CUTLASS's weight code, applied through the Helion
+    kernel (M <= 32) or the fallback (M = 40), equals the fp32 reference of the same quantized tensors.
+    The activations are quantized by our op with ``HL_AUX_KERNELS=all`` (``int8_quant``), by vLLM's
     ``scaled_int8_quant`` by default (no aux kernel)."""
     import hlvllm.int8_kernel as int8_kernel
     import hlvllm.ops as ops

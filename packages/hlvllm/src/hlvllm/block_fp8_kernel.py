@@ -18,8 +18,8 @@ stand-in layer holding the op's weight and scale tensors (:func:`layer_view`). T
 tensor it uses as an argument and finds its kernel by the weight's (N, K) (:func:`kernel_for`:
 layers of one shape have the same kernel config), so every decoder layer's piece of vLLM's compiled
 graph is the same graph and Inductor compiles it once, and the compile range above max_helion_size
-can call the fallback's code on the graph's own tensors (:mod:`hlvllm.lowering`). With
-``HL_DISPATCH_AT=capture`` the layer runs the fallback's ``apply_weights`` (vLLM's graph), and
+can call the fallback's code on the graph's own tensors (:mod:`hlvllm.lowering`; all of this with
+``HL_DISPATCH_AT=op``). With ``HL_DISPATCH_AT=capture``, the default, the layer runs the fallback's ``apply_weights`` (vLLM's graph), and
 :mod:`hlvllm.capture_dispatch` routes its GEMM op (DeepGEMM's ``fp8_gemm_nt_op`` or CUTLASS's
 block-scaled ``cutlass_scaled_mm``) while vLLM captures CUDA graphs: Helion then reads the
 activations vLLM's kernel quantized, in that kernel's scale layout.

@@ -1,5 +1,5 @@
-"""Dispatch at capture time (``HL_DISPATCH_AT=capture``): vLLM's compiled graph stays vLLM's, and
-Helion is swapped in only while vLLM captures its CUDA graphs.
+"""Dispatch at capture time (``HL_DISPATCH_AT=capture``, the default): vLLM's compiled graph stays
+vLLM's, and Helion is swapped in only while vLLM captures its CUDA graphs.
 
 With it, hlvllm's kernels run exactly the ``apply_weights`` of the vLLM kernel they stand for
 (CUTLASS for FP8_Dynamic and W8A8_INT8, the block kernel vLLM chose for Block_FP8; no op of ours in the traced graph, so no compile range of ours, no lowering

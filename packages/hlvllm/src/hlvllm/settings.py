@@ -14,7 +14,7 @@
 | ``HL_SPEED_GUARD`` | ``1`` (on) | shapes without an exact tuned key keep Helion only where it times at least 2 % faster than vLLM's kernel at warm-up (:mod:`hlvllm.guard`; results cached next to the kernel cache); ``0``: off |
 | ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); on the H200 it took 4 of 26 s off an 8-layer engine's capture |
 | ``HL_PRECOMPILE_PROCESSES`` | ``0`` (off) | ``N`` > 0: once the model's weights are processed, compile every Helion GEMM kernel the CUDA-graph sizes will run in ``N`` worker processes, into the kernel cache (``hlvllm.precompile``, ``hlcore.kernel_pool``); needs ``HL_KERNEL_CACHE_DIR`` |
-| ``HL_DISPATCH_AT`` | ``op`` | where linear layers choose Helion or vLLM's kernel: ``op``, inside hlvllm's op in vLLM's compiled graph, split into two compile ranges at ``max_helion_size`` (:mod:`hlvllm.lowering`); ``capture``, vLLM's graph unchanged (one range) and vLLM's GEMM op calls routed while vLLM captures CUDA graphs (:mod:`hlvllm.capture_dispatch`) |
+| ``HL_DISPATCH_AT`` | ``capture`` | where linear layers choose Helion or vLLM's kernel: ``capture``, vLLM's graph unchanged (one range) and vLLM's GEMM op calls routed while vLLM captures CUDA graphs (:mod:`hlvllm.capture_dispatch`; prefill and eager calls never reach hlvllm); ``op``, inside hlvllm's op in vLLM's compiled graph, split into two compile ranges at ``max_helion_size`` (:mod:`hlvllm.lowering`; Helion also runs eagerly with ``HL_HELION_EAGER=1``) |
 | ``HL_FUSED_QUANT`` | ``0`` (off) | ``1``: Block_FP8 layers quantize their activations inside the Helion GEMM at decode sizes (``hlcore.fused_linear``: one kernel instead of QuantFP8 + GEMM); not yet measured on a GPU |
 
 A value a variable does not take makes :func:`get_settings` raise ``ValueError``; the plugin then stays off
@@ -36,7 +36,7 @@ AUX_KERNEL_NAMES = ("rms_norm", "silu_and_mul", "quant_fp8", "int8_quant")
 #: What ``HL_UNTUNED_SHAPES`` may say: run the nearest tuned config (vLLM's kernel on a GPU without
 #: a file), vLLM's kernel, or the nearest tuned config and Helion's heuristic default without a file.
 UNTUNED_MODES = ("nearest", "vllm", "heuristic")
-#: What ``HL_DISPATCH_AT`` may say: route inside hlvllm's graph op, or at CUDA-graph capture.
+#: What ``HL_DISPATCH_AT`` may say: route inside hlvllm's graph op, or at CUDA-graph capture (default).
 DISPATCH_AT = ("op", "capture")
 
 
@@ -54,7 +54,7 @@ class Settings:
     speed_guard: bool = True
     precompile_processes: int = 0
     fused_quant: bool = False
-    dispatch_at: str = "op"
+    dispatch_at: str = "capture"
 
 
 #: ``HL_LINEAR_BACKEND`` values that leave the plugin off without a word (``helion`` turns it on).
@@ -125,7 +125,7 @@ def _untuned_env() -> str:
 
 
 def _dispatch_at_env() -> str:
-    raw = os.environ.get("HL_DISPATCH_AT", "").strip().lower() or "op"
+    raw = os.environ.get("HL_DISPATCH_AT", "").strip().lower() or "capture"
     if raw not in DISPATCH_AT:
         raise ValueError(f"HL_DISPATCH_AT must be one of {', '.join(DISPATCH_AT)}; got {raw!r}")
     return raw
