@@ -36,6 +36,8 @@
 # call (LIMIT=200, after setup.sh); the DeepGEMM prewarm (deepgemm_prewarm.py, 250 s) then EB1P
 # (LIMIT=330) and EB2 (LIMIT=300) if prefetch brings column-major within ~2 % of row-major; then KC
 # (LIMIT=470, PF=1 when prefetch won): the capture-mode marks, to ship with prefetch_scales.
+# The third session of 2026-12-04 ran SL, the prewarm, KC (PF=1), EB1P, EB2, EB1, EB1 with KC's file as
+# HL_CONFIG_DIR, EB2, EB1 with KC's file again (lab/results/2026-12-04-c); the next plan: 2026-12-15.sh.
 # Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends.
 set -u
 phase=$1
