@@ -201,7 +201,7 @@ def test_capture_sizes_are_read_from_vllm_config_when_used(hl_env, graphs_on_con
 
 
 def test_setting_is_validated(hl_env):
-    from hlvllm.settings import get_settings
+    from hlvllm.settings import AUTO, get_settings
 
     _threads(hl_env, 8)
     assert get_settings().precompile_threads == 8
@@ -212,11 +212,62 @@ def test_setting_is_validated(hl_env):
     hl_env.delenv("HL_PRECOMPILE_THREADS")
     hl_env.setenv("HL_PRECOMPILE_PROCESSES", "-2")
     get_settings.cache_clear()
-    with pytest.raises(ValueError, match="HL_PRECOMPILE_PROCESSES must be a non-negative integer; got '-2'"):
+    with pytest.raises(
+        ValueError, match="HL_PRECOMPILE_PROCESSES must be auto or a non-negative integer; got '-2'"
+    ):
+        get_settings()
+    hl_env.setenv("HL_PRECOMPILE_PROCESSES", "many")
+    get_settings.cache_clear()
+    with pytest.raises(ValueError, match="must be auto or a non-negative integer; got 'many'"):
         get_settings()
     hl_env.setenv("HL_PRECOMPILE_PROCESSES", "4")
     get_settings.cache_clear()
     assert get_settings().precompile_processes == 4
+    for auto in ("auto", " AUTO ", None):
+        if auto is None:
+            hl_env.delenv("HL_PRECOMPILE_PROCESSES")
+        else:
+            hl_env.setenv("HL_PRECOMPILE_PROCESSES", auto)
+        get_settings.cache_clear()
+        assert get_settings().precompile_processes == AUTO
+
+
+@pytest.mark.parametrize(
+    ("cuda", "tp", "dp", "cpus", "expected"),
+    [
+        (True, 1, 1, 16, 8),  # the H200 machine of every capture-mode measurement
+        (True, 1, 1, 6, 3),  # half the cores
+        (True, 1, 1, 1, 1),
+        (True, 2, 1, 64, 0),  # several ranks: each would start a pool for the same kernels
+        (True, 1, 2, 64, 0),  # several engines (data parallel)
+        (False, 1, 1, 16, 0),  # no CUDA: nothing to compile for
+    ],
+)
+def test_auto_worker_processes_only_for_one_gpu_engine(hl_env, cuda, tp, dp, cpus, expected):
+    """HL_PRECOMPILE_PROCESSES=auto (the default) resolves, where the pool would start, to
+    min(8, cores // 2) for an engine on one GPU and to 0 otherwise; an explicit N is used as given."""
+    from vllm.config import DeviceConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+
+    from hlvllm import precompile
+    from hlvllm.settings import get_settings
+
+    hl_env.setattr(torch.cuda, "is_available", lambda: cuda)
+    hl_env.setattr(precompile.os, "cpu_count", lambda: cpus)
+    hl_env.setenv("HL_KERNEL_CACHE_DIR", "/tmp/hl-test-unused")
+    for interpreter in ("HELION_INTERPRET", "TRITON_INTERPRET"):  # as on a GPU (nothing runs here)
+        hl_env.delenv(interpreter, raising=False)
+    hl_env.delenv("HL_PRECOMPILE_PROCESSES", raising=False)
+    get_settings.cache_clear()
+    config = VllmConfig(
+        device_config=DeviceConfig(device="cpu"),
+        parallel_config=ParallelConfig(tensor_parallel_size=tp, data_parallel_size=dp),
+    )
+    with set_current_vllm_config(config):
+        assert precompile.auto_pool_processes() == expected
+        assert precompile._pool_processes() == expected
+        hl_env.setenv("HL_PRECOMPILE_PROCESSES", "3")
+        get_settings.cache_clear()
+        assert precompile._pool_processes() == (3 if cuda else 0)
 
 
 @pytest.mark.triton_interpret  # the workers compile generated code

@@ -29,7 +29,8 @@ Off by default: on the H200 (2026-12-01 evening, 8-layer Qwen3-8B FP8_Dynamic, o
 threads took CUDA-graph capture from 26 to 22 s; most of a Helion compile holds the GIL
 (docs/configuration.md).
 
-**Worker processes** (``HL_PRECOMPILE_PROCESSES=N``, N > 0; needs the kernel cache,
+**Worker processes** (``HL_PRECOMPILE_PROCESSES=N``, N > 0, or ``auto``, the default:
+:func:`auto_pool_processes`; needs the kernel cache,
 ``HL_KERNEL_CACHE_DIR``, which ``hlvllm.plugin`` sets): the first registration of each layer shape
 (:func:`hlvllm.guard.register_shape` -> :func:`schedule_pool`, at weight processing) records its
 Helion GEMM call (``GuardShape.gemm_at``) at every capture size Helion may run
@@ -56,7 +57,7 @@ from typing import Any
 
 import torch
 
-from hlvllm.settings import get_settings
+from hlvllm.settings import AUTO, get_settings
 
 logger = logging.getLogger("vllm.hlvllm")
 
@@ -199,11 +200,37 @@ _pool_timer: threading.Timer | None = None
 _pool_shapes: dict[tuple[str, int, int], list] = {}  # (fmt, N, K) -> its recorded jobs
 
 
+#: ``HL_PRECOMPILE_PROCESSES=auto``: at most this many worker processes (what every capture-mode
+#: engine measurement on the H200 ran with, on 16 cores).
+AUTO_PROCESSES = 8
+
+
+def auto_pool_processes() -> int:
+    """``HL_PRECOMPILE_PROCESSES=auto``: ``min(AUTO_PROCESSES, CPU cores // 2)`` when this engine runs
+    on one GPU (vLLM's ``parallel_config``: world size 1 and data-parallel size 1), else 0: every
+    rank would start its own pool for the same kernels, and several pools on one host were never
+    measured. 0 without CUDA (the CPU interpreters included) or when vLLM's config cannot be read."""
+    if not torch.cuda.is_available():
+        return 0
+    try:
+        from vllm.config import get_current_vllm_config
+
+        parallel = get_current_vllm_config().parallel_config
+        engines = parallel.world_size * getattr(parallel, "data_parallel_size", 1)
+    except Exception:  # noqa: BLE001 - no config to read: no pool by default
+        return 0
+    if engines != 1:
+        return 0
+    return max(1, min(AUTO_PROCESSES, (os.cpu_count() or 2) // 2))
+
+
 def _pool_processes() -> int:
     """Worker processes to use now: 0 when off, without CUDA or the kernel cache, or interpreted."""
     from hlcore.kernel_cache import cache_dir_from_env
 
     processes = get_settings().precompile_processes
+    if processes == AUTO:
+        processes = auto_pool_processes()
     if processes <= 0 or os.environ.get("HELION_INTERPRET") == "1" or cache_dir_from_env() is None:
         return 0
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():

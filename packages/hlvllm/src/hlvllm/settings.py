@@ -13,7 +13,7 @@
 | ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config of this GPU's file (one warning), and vLLM's kernel on a GPU without a file; ``vllm`` runs vLLM's kernel for all of them; ``heuristic`` is ``nearest`` that also runs Helion's untuned default config on a GPU without a file |
 | ``HL_SPEED_GUARD`` | ``1`` (on) | shapes without an exact tuned key keep Helion only where it times at least 2 % faster than vLLM's kernel at warm-up (:mod:`hlvllm.guard`; results cached next to the kernel cache); ``0``: off |
 | ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); on the H200 it took 4 of 26 s off an 8-layer engine's capture |
-| ``HL_PRECOMPILE_PROCESSES`` | ``0`` (off) | ``N`` > 0: once the model's weights are processed, compile every Helion GEMM kernel the CUDA-graph sizes will run in ``N`` worker processes, into the kernel cache (``hlvllm.precompile``, ``hlcore.kernel_pool``); needs ``HL_KERNEL_CACHE_DIR`` |
+| ``HL_PRECOMPILE_PROCESSES`` | ``auto`` | ``N`` > 0: once the model's weights are processed, compile every Helion GEMM kernel the CUDA-graph sizes will run in ``N`` worker processes, into the kernel cache (``hlvllm.precompile``, ``hlcore.kernel_pool``); needs ``HL_KERNEL_CACHE_DIR``; ``0``: off; ``auto``: ``min(8, CPU cores // 2)`` for an engine on one GPU (the setting every capture-mode measurement ran with), off with several ranks or engines (:func:`hlvllm.precompile.auto_pool_processes`) |
 | ``HL_DISPATCH_AT`` | ``capture`` | where linear layers choose Helion or vLLM's kernel: ``capture``, vLLM's graph unchanged (one range) and vLLM's GEMM op calls routed while vLLM captures CUDA graphs (:mod:`hlvllm.capture_dispatch`; prefill and eager calls never reach hlvllm); ``op``, inside hlvllm's op in vLLM's compiled graph, split into two compile ranges at ``max_helion_size`` (:mod:`hlvllm.lowering`; Helion also runs eagerly with ``HL_HELION_EAGER=1``) |
 | ``HL_FUSED_QUANT`` | ``0`` (off) | ``1``: Block_FP8 layers quantize their activations inside the Helion GEMM at decode sizes (``hlcore.fused_linear``: one kernel instead of QuantFP8 + GEMM); not yet measured on a GPU |
 
@@ -36,6 +36,9 @@ AUX_KERNEL_NAMES = ("rms_norm", "silu_and_mul", "quant_fp8", "int8_quant")
 #: What ``HL_UNTUNED_SHAPES`` may say: run the nearest tuned config (vLLM's kernel on a GPU without
 #: a file), vLLM's kernel, or the nearest tuned config and Helion's heuristic default without a file.
 UNTUNED_MODES = ("nearest", "vllm", "heuristic")
+#: ``HL_PRECOMPILE_PROCESSES=auto`` (the default) as a setting: resolved where it is used
+#: (:func:`hlvllm.precompile.auto_pool_processes`).
+AUTO = -1
 #: What ``HL_DISPATCH_AT`` may say: route inside hlvllm's graph op, or at CUDA-graph capture (default).
 DISPATCH_AT = ("op", "capture")
 
@@ -52,7 +55,7 @@ class Settings:
     aux_fusion: bool = False
     precompile_threads: int = 0
     speed_guard: bool = True
-    precompile_processes: int = 0
+    precompile_processes: int = AUTO  # HL_PRECOMPILE_PROCESSES: N, 0 (off) or AUTO
     fused_quant: bool = False
     dispatch_at: str = "capture"
 
@@ -92,6 +95,19 @@ def _int_env(name: str, default: int) -> int:
     if value < 0:
         raise ValueError(f"{name} must be a non-negative integer; got {raw!r}")
     return value
+
+
+def _processes_env() -> int:
+    """``HL_PRECOMPILE_PROCESSES``: unset or ``auto``: :data:`AUTO`; else a non-negative integer."""
+    if os.environ.get("HL_PRECOMPILE_PROCESSES", "").strip().lower() in ("", "auto"):
+        return AUTO
+    try:
+        return _int_env("HL_PRECOMPILE_PROCESSES", 0)
+    except ValueError:
+        raw = os.environ["HL_PRECOMPILE_PROCESSES"]
+        raise ValueError(
+            f"HL_PRECOMPILE_PROCESSES must be auto or a non-negative integer; got {raw!r}"
+        ) from None
 
 
 def _aux_env(aux_fusion: bool) -> frozenset[str]:
@@ -151,7 +167,7 @@ def get_settings() -> Settings:
         aux_fusion=aux_fusion,
         precompile_threads=_int_env("HL_PRECOMPILE_THREADS", 0),
         speed_guard=_bool_env("HL_SPEED_GUARD", default=True),
-        precompile_processes=_int_env("HL_PRECOMPILE_PROCESSES", 0),
+        precompile_processes=_processes_env(),
         fused_quant=_bool_env("HL_FUSED_QUANT"),
         dispatch_at=_dispatch_at_env(),
     )
