@@ -19,10 +19,11 @@ tensor it uses as an argument and finds its kernel by the weight's (N, K) (:func
 layers of one shape have the same kernel config), so every decoder layer's piece of vLLM's compiled
 graph is the same graph and Inductor compiles it once, and the compile range above max_helion_size
 can call the fallback's code on the graph's own tensors (:mod:`hlvllm.lowering`; all of this with
-``HL_DISPATCH_AT=op``). With ``HL_DISPATCH_AT=capture``, the default, the layer runs the fallback's ``apply_weights`` (vLLM's graph), and
-:mod:`hlvllm.capture_dispatch` routes its GEMM op (DeepGEMM's ``fp8_gemm_nt_op`` or CUTLASS's
-block-scaled ``cutlass_scaled_mm``) while vLLM captures CUDA graphs: Helion then reads the
-activations vLLM's kernel quantized, in that kernel's scale layout.
+``HL_DISPATCH_AT=op``). With ``HL_DISPATCH_AT=capture``, the default, the layer runs the
+fallback's ``apply_weights`` (vLLM's graph), and :mod:`hlvllm.capture_dispatch` routes its GEMM
+op (DeepGEMM's ``fp8_gemm_nt_op`` or CUTLASS's block-scaled ``cutlass_scaled_mm``) while vLLM
+captures CUDA graphs: Helion then reads the activations vLLM's kernel quantized, in that kernel's
+scale layout.
 """
 
 from __future__ import annotations

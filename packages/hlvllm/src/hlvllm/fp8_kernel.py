@@ -6,8 +6,9 @@ column-major fp8 view; ``weight_scale`` fp32 ``[N, 1]``) are exactly CUTLASS's, 
 quantization is vLLM's ``QuantFP8`` (dynamic per token). Only the GEMM call changes: it goes
 through ``torch.ops.hlvllm.scaled_mm``, whose body picks Helion (num_tokens <=
 max_helion_size, under CUDA-graph capture) or ``cutlass_scaled_mm`` (``HL_DISPATCH_AT=op``). With
-``HL_DISPATCH_AT=capture``, the default, not even that: the layer runs CUTLASS's code, and :mod:`hlvllm.capture_dispatch` routes its
-``cutlass_scaled_mm`` calls while vLLM captures CUDA graphs.
+``HL_DISPATCH_AT=capture``, the default, not even that: the layer runs CUTLASS's code, and
+:mod:`hlvllm.capture_dispatch` routes its ``cutlass_scaled_mm`` calls while vLLM captures CUDA
+graphs.
 """
 
 from __future__ import annotations

@@ -7,11 +7,10 @@ processing and layout are CUTLASS's (``layer.weight``: int8 ``[K, N]`` column-ma
 ``scaled_int8_quant``; ``HL_AUX_KERNELS`` without ``int8_quant``: always vLLM's), then
 ``torch.ops.hlvllm.scaled_mm`` picks Helion (num_tokens <= max_helion_size under CUDA-graph
 capture) or ``cutlass_scaled_mm`` (``HL_DISPATCH_AT=op``). With ``HL_DISPATCH_AT=capture``, the
-default, the layer runs CUTLASS's
-``apply_weights`` (vLLM's ``scaled_int8_quant``; ``HL_AUX_KERNELS``' ``int8_quant`` is not used)
-and :mod:`hlvllm.capture_dispatch` routes its ``cutlass_scaled_mm`` calls while vLLM captures CUDA
-graphs. Static input scales,
-asymmetric activations (azp) and per-tensor weight scales stay on vLLM's kernel.
+default, the layer runs CUTLASS's ``apply_weights`` (vLLM's ``scaled_int8_quant``;
+``HL_AUX_KERNELS``' ``int8_quant`` is not used) and :mod:`hlvllm.capture_dispatch` routes its
+``cutlass_scaled_mm`` calls while vLLM captures CUDA graphs. Static input scales, asymmetric
+activations (azp) and per-tensor weight scales stay on vLLM's kernel.
 """
 
 from __future__ import annotations

@@ -198,6 +198,7 @@ _pool_lock = threading.Lock()
 _pool: Any = None  # hlcore.kernel_pool.Pool once started; False when there was nothing to run
 _pool_timer: threading.Timer | None = None
 _pool_shapes: dict[tuple[str, int, int], list] = {}  # (fmt, N, K) -> its recorded jobs
+_auto_processes: int | None = None  # HL_PRECOMPILE_PROCESSES=auto, once resolved
 
 
 #: ``HL_PRECOMPILE_PROCESSES=auto``: at most this many worker processes (what every capture-mode
@@ -225,12 +226,17 @@ def auto_pool_processes() -> int:
 
 
 def _pool_processes() -> int:
-    """Worker processes to use now: 0 when off, without CUDA or the kernel cache, or interpreted."""
+    """Worker processes to use now: 0 when off, without CUDA or the kernel cache, or interpreted.
+    ``auto`` is resolved at the first ask (weight processing, inside vLLM's config) and kept: the
+    timer thread and the first Helion call may ask outside it."""
+    global _auto_processes
     from hlcore.kernel_cache import cache_dir_from_env
 
     processes = get_settings().precompile_processes
     if processes == AUTO:
-        processes = auto_pool_processes()
+        if _auto_processes is None:
+            _auto_processes = auto_pool_processes()
+        processes = _auto_processes
     if processes <= 0 or os.environ.get("HELION_INTERPRET") == "1" or cache_dir_from_env() is None:
         return 0
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
@@ -342,9 +348,11 @@ def wait_pool() -> dict | None:
 
 
 def reset() -> None:
-    """Forget capture sizes, the compilation config, precompiled shapes and the worker pool (tests)."""
-    global _capture_sizes, _compilation_config, _pool, _pool_timer
+    """Forget capture sizes, the compilation config, precompiled shapes, the worker pool and the
+    resolved ``auto`` process count (tests)."""
+    global _capture_sizes, _compilation_config, _pool, _pool_timer, _auto_processes
     _capture_sizes = ()
+    _auto_processes = None
     _compilation_config = None
     _done.clear()
     if _pool_timer is not None:
