@@ -301,3 +301,29 @@ def test_helion_reads_block_scales_in_the_layout_asked(monkeypatch):
     assert bench.helion_candidate("tma").kernel == "helion scaled_mm (block scale_a tma)"
     with pytest.raises(ValueError, match="block scale_a layout"):
         bench.helion_candidate("column")
+
+
+@pytest.mark.parametrize(
+    ("layout", "dispatch_at", "expected"),
+    [
+        ("auto", None, "tma"),
+        ("auto", "op", "row"),
+        ("auto", "capture", "tma"),
+        ("row", None, "row"),
+        ("tma", "op", "tma"),
+    ],
+)
+def test_block_scale_a_auto_is_the_dispatch_modes_layout(monkeypatch, layout, dispatch_at, expected):
+    from hlvllm.settings import get_settings
+
+    if dispatch_at is None:
+        monkeypatch.delenv("HL_DISPATCH_AT", raising=False)
+    else:
+        monkeypatch.setenv("HL_DISPATCH_AT", dispatch_at)
+    get_settings.cache_clear()
+    try:
+        assert bench.resolve_block_scale_a(layout) == expected
+        with pytest.raises(ValueError, match="block scale_a layout must be one of"):
+            bench.resolve_block_scale_a("column")
+    finally:
+        get_settings.cache_clear()

@@ -52,6 +52,24 @@ def test_kernels_list_needs_no_gpu(no_gpu):
     assert "8 shapes, 56 points" in out
     assert "vllm block deep_gemm fp8_gemm_nt > vllm block cutlass_scaled_mm" in out
     assert "24576" in out and "12288" in out and "torch._scaled_mm" not in out
+    # --block-scale-a auto (the default): the layout of the default dispatch mode, capture (tma)
+    assert "helion scaled_mm (block scale_a tma)" in out
+
+
+def test_kernels_block_scale_a_row_with_the_op_design(no_gpu, monkeypatch):
+    from hlvllm.settings import get_settings
+
+    monkeypatch.setenv("HL_DISPATCH_AT", "op")
+    get_settings.cache_clear()
+    try:
+        result = runner.invoke(
+            app, ["bench", "kernels", "--model", "qwen3-8b", "--formats", "block_fp8", "--list"]
+        )
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    out = _flat(result.output)
+    assert "helion scaled_mm" in out and "block scale_a tma" not in out
 
 
 @pytest.mark.parametrize(

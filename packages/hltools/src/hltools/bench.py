@@ -207,6 +207,19 @@ class Candidate:
 BLOCK_SCALE_A_LAYOUTS = config_store.BLOCK_SCALE_A_LAYOUTS
 
 
+def resolve_block_scale_a(layout: str) -> str:
+    """The layout a command's ``--block-scale-a`` names: ``auto`` is the one hlvllm's dispatch mode
+    hands the Helion GEMM (:func:`hlvllm.routing.block_scale_a`: ``tma`` in capture mode, the
+    default; ``row`` with ``HL_DISPATCH_AT=op``); otherwise one of :data:`BLOCK_SCALE_A_LAYOUTS`.
+    ``ValueError`` for anything else (or a bad ``HL_DISPATCH_AT``)."""
+    if layout == "auto":
+        from hlvllm.routing import block_scale_a as dispatch_layout
+
+        return dispatch_layout()
+    check_block_scale_a(layout)
+    return layout
+
+
 def check_block_scale_a(layout: str) -> None:
     """``ValueError`` unless ``layout`` is one of :data:`BLOCK_SCALE_A_LAYOUTS`."""
     if layout not in BLOCK_SCALE_A_LAYOUTS:

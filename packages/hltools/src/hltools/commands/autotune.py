@@ -83,9 +83,10 @@ RayAddress = Annotated[
 BlockScaleA = Annotated[
     str,
     typer.Option(
-        help="Layout of Block_FP8's activation scales Helion is tuned, checked and marked on: row "
-        "(row-major, what hlvllm's op design quantizes into) or tma (vLLM's TMA-aligned column-major, "
-        "what Helion reads in capture mode, HL_DISPATCH_AT=capture); not with --ray."
+        help="Layout of Block_FP8's activation scales Helion is tuned, checked and marked on: auto "
+        "(the layout hlvllm's dispatch mode hands it: tma in capture mode, the default; row with "
+        "HL_DISPATCH_AT=op; row with --ray), row (row-major, what hlvllm's op design quantizes into) "
+        "or tma (vLLM's TMA-aligned column-major, what Helion reads in capture mode; not with --ray)."
     ),
 ]
 Gpu = Annotated[
@@ -113,7 +114,7 @@ def autotune(
     gpu: Gpu = None,
     gpus: Gpus = None,
     ray: RayAddress = None,
-    block_scale_a: BlockScaleA = "row",
+    block_scale_a: BlockScaleA = "auto",
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -145,10 +146,12 @@ def autotune(
     if list_:
         _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
         return
-    from hltools.bench import check_block_scale_a
+    from hltools.bench import resolve_block_scale_a
 
+    if block_scale_a == "auto" and ray is not None:
+        block_scale_a = "row"  # the Ray tasks tune on row-major scales only
     try:
-        check_block_scale_a(block_scale_a)
+        block_scale_a = resolve_block_scale_a(block_scale_a)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--block-scale-a") from None
     if block_scale_a != "row" and ray is not None:

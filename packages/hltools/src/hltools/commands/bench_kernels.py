@@ -37,9 +37,10 @@ Jobs = Annotated[
 BlockScaleA = Annotated[
     str,
     typer.Option(
-        help="Layout of Block_FP8's activation scales Helion reads: row (row-major, what hlvllm's "
-        "op design quantizes into) or tma (vLLM's TMA-aligned column-major, what Helion reads in "
-        "capture mode, HL_DISPATCH_AT=capture); vLLM's kernels always get their own layout."
+        help="Layout of Block_FP8's activation scales Helion reads: auto (the layout hlvllm's dispatch "
+        "mode hands it: tma in capture mode, the default; row with HL_DISPATCH_AT=op), row (row-major, "
+        "what hlvllm's op design quantizes into) or tma (vLLM's TMA-aligned column-major, what Helion "
+        "reads in capture mode); vLLM's kernels always get their own layout."
     ),
 ]
 List = Annotated[
@@ -59,7 +60,7 @@ def kernels(
     warmup: Warmup = 3,
     baselines: Baselines = "vllm,torch",
     block_providers: BlockProviders = "",
-    block_scale_a: BlockScaleA = "row",
+    block_scale_a: BlockScaleA = "auto",
     seed: opt.Seed = 0,
     jobs: Jobs = None,
     plots: opt.Plots = True,
@@ -82,6 +83,7 @@ def kernels(
     fmts = opt.parse_formats(formats)
     tokens = opt.parse_ints(num_tokens, "--num-tokens")
     try:
+        block_scale_a = bench.resolve_block_scale_a(block_scale_a)
         shapes = bench.bench_shapes(models, fmts, tokens, tp=tp, layers=layer)
         candidates = bench.default_candidates(
             opt.split_names(baselines), opt.split_names(block_providers), block_scale_a
