@@ -10,9 +10,11 @@
 #        EG1/e2e-llama-block-on/*.json --output DIR`
 #   FC   the 3-5 s of Block_FP8 "first Helion calls" at capture (21 kernels from the cache; W8A8_INT8's
 #        28 take 0.2 s): the on engine of EB1 in two rounds (1 repeat, concurrency 1 and 8, no TTFT),
-#        round 1 with every cache warm (hl's kernels, Triton's, Inductor's, DeepGEMM's). Still 3-5 s the second time: not a
-#        compile (the module load, the first-call check or vLLM's side); ~0.2 s: Triton compiled in the
-#        engine what the workers had compiled under another specialization
+#        round 1 with every cache warm (hl's kernels, Triton's, Inductor's, DeepGEMM's). The capture
+#        line now splits the cache loads into their imports and first runs (Triton's launcher and
+#        binary): first runs of seconds in round 0 and milliseconds in round 1 = Triton compiled in
+#        the engine what the workers had compiled; still 3-5 s in round 1: not a compile (the
+#        first-call check or vLLM's side)
 #   other phases: as in 2026-12-14.sh (CDi, T3, TU through 2026-12-13.sh)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-15.sh EG0|EG1|FC|<a phase of 2026-12-14.sh>

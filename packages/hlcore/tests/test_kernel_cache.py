@@ -145,6 +145,23 @@ def test_parameter_argument_loads_the_entry_a_tensor_wrote(cache_dir):
     assert _stats_delta(before) == {"disk_hits": 1, "misses": 0, "writes": 0, "errors": 0}
 
 
+@needs_codegen
+def test_load_seconds_count_disk_hits_only(cache_dir, monkeypatch):
+    """A miss (Helion's own path) adds no load seconds; a disk hit adds its import and its first run,
+    each timed around its own step (a fake clock that ticks one second per reading)."""
+    d = sm.generate_scaled_mm_inputs(3, 64, 128, device=DEVICE, seed=5)
+    args = {k: d[k] for k in ("a", "b", "scale_a", "scale_b", "out_dtype")}
+    before = kc.load_seconds()
+    out = sm.scaled_mm(**args, config=CFG)  # miss: compiles and writes
+    assert kc.load_seconds() == before
+    _clear_kernels()
+    ticks = iter(range(100, 200))
+    monkeypatch.setattr(kc, "clock", lambda: float(next(ticks)))
+    assert torch.equal(sm.scaled_mm(**args, config=CFG), out)  # disk hit
+    after = kc.load_seconds()
+    assert after["import"] - before["import"] == 1.0 and after["first_run"] - before["first_run"] == 1.0
+
+
 def test_stable_repr_has_no_addresses_and_sorted_sets():
     text = kc.stable_repr({"b": frozenset({3, 1, 2}), "a": [len, torch.Tensor, object()]})
     assert "0x" not in text

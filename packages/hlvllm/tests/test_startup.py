@@ -73,3 +73,23 @@ def test_one_named_item_is_not_repeated(fake_clock):
     with startup.timed("first Helion calls", "a M=1"):
         fake_clock[0] += 0.5
     assert startup.summary() == "first Helion calls 0.5 s"
+
+
+def test_capture_line_splits_the_cache_loads(hl_env, caplog, monkeypatch):
+    """The one line at the last Helion capture size says how many kernels came from the cache, the
+    host seconds of their imports and first runs (hlcore.kernel_cache.load_seconds), and the phases."""
+    import logging
+
+    from hlcore import kernel_cache
+    from hlvllm import dispatch, precompile
+
+    precompile.set_capture_sizes([1, 2, 4])
+    monkeypatch.setattr(
+        kernel_cache, "stats", lambda: {"disk_hits": 21, "misses": 0, "writes": 0, "errors": 0}
+    )
+    monkeypatch.setattr(kernel_cache, "load_seconds", lambda: {"import": 0.25, "first_run": 3.5})
+    with caplog.at_level(logging.INFO, logger="vllm.hlvllm"):
+        dispatch._log_kernel_cache(2)  # not the smallest size: nothing yet
+        assert "Helion kernels at CUDA-graph capture" not in caplog.text
+        dispatch._log_kernel_cache(1)
+    assert "21 loaded from the kernel cache (import 0.25 s, first runs 3.50 s), 0 compiled" in caplog.text

@@ -61,6 +61,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,9 @@ _HEADER = f"# {FORMAT} "
 
 #: Counters of this process (``stats()``): in-process hits are not counted (hot path).
 _STATS = {"disk_hits": 0, "misses": 0, "writes": 0, "errors": 0}
+#: Host seconds of this process's disk hits (``load_seconds()``).
+_LOAD_SECONDS = {"import": 0.0, "first_run": 0.0}
+clock = time.perf_counter  # tests put a fake clock here
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 _PLAIN_TYPES = frozenset((bool, int, str, torch.dtype, torch.device, type(None)))
 _HELION_PATH = object()  # in-process marker: these arguments always take Helion's own call
@@ -92,6 +96,14 @@ def stats() -> dict[str, int]:
     """This process's counters: ``disk_hits``, ``misses`` (Helion's normal path ran), ``writes``,
     ``errors`` (failures in the cache path, each also logged)."""
     return dict(_STATS)
+
+
+def load_seconds() -> dict[str, float]:
+    """Host seconds this process's disk hits took: ``import`` (reading the entry and importing its
+    module) and ``first_run`` (the first call of the loaded code: Triton's launcher and binary,
+    compiled here unless Triton's own cache holds them for these arguments' specialization, then
+    the launch; the kernel's run on the device is asynchronous and not in it)."""
+    return dict(_LOAD_SECONDS)
 
 
 def cache_dir_from_env() -> Path | None:
@@ -465,6 +477,7 @@ class CachedKernel:
         if torch.compiler.is_compiling():
             return self.kernel(*args)
         entry_key = path = None
+        t0 = clock()
         try:
             entry_key = self.entry_key(args, key)
             path = self.entry_path(entry_key)
@@ -476,6 +489,7 @@ class CachedKernel:
             _warn("lookup", "hlcore kernel cache: lookup failed for %s (%r); using Helion", self.name, e)
             run = None
         if run is not None:
+            t1 = clock()
             try:
                 result = run(*args)
             except Exception as e:
@@ -487,6 +501,8 @@ class CachedKernel:
                 )
             else:
                 _STATS["disk_hits"] += 1
+                _LOAD_SECONDS["import"] += t1 - t0
+                _LOAD_SECONDS["first_run"] += clock() - t1
                 self._runs[key] = run
                 log.debug("hlcore kernel cache: hit %s", path)
                 return result

@@ -161,11 +161,14 @@ def _log_kernel_cache(m: int) -> None:
     if sizes and m != min(sizes):
         return
     _cache_logged = True
-    stats = kernel_cache.stats()
+    stats, loads = kernel_cache.stats(), kernel_cache.load_seconds()
     logger.info(
-        "hlvllm: Helion kernels at CUDA-graph capture: %d loaded from the kernel cache, %d compiled in "
-        "this process (%d cache errors; helion %s); start-up seconds in hlvllm: %s",
+        "hlvllm: Helion kernels at CUDA-graph capture: %d loaded from the kernel cache (import %.2f s, "
+        "first runs %.2f s), %d compiled in this process (%d cache errors; helion %s); start-up seconds "
+        "in hlvllm: %s",
         stats["disk_hits"],
+        loads["import"],
+        loads["first_run"],
         stats["misses"],
         stats["errors"],
         "imported" if "helion" in sys.modules else "never imported",
