@@ -74,3 +74,20 @@ def _args_missing(namespace, *sources: str, ignore=()) -> list[str]:
 def args_missing():
     """``args_missing(namespace, *source_texts, ignore=...)``: see :func:`_args_missing`."""
     return _args_missing
+
+
+@pytest.fixture
+def dispatch_at(monkeypatch):
+    """``dispatch_at(mode)``: ``HL_DISPATCH_AT=mode`` (None: unset, hlvllm's default) with hlvllm's
+    settings read again, and again after the test."""
+    from hlvllm.settings import get_settings
+
+    def set_mode(mode):
+        if mode is None:
+            monkeypatch.delenv("HL_DISPATCH_AT", raising=False)
+        else:
+            monkeypatch.setenv("HL_DISPATCH_AT", mode)
+        get_settings.cache_clear()
+
+    yield set_mode
+    get_settings.cache_clear()

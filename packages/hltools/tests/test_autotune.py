@@ -400,7 +400,7 @@ def test_block_keys_tuned_on_the_column_major_layout_say_so(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("dispatch_at", "flag", "expected"),
+    ("mode", "flag", "expected"),
     [
         (None, [], "tma"),
         ("op", [], "row"),
@@ -409,39 +409,30 @@ def test_block_keys_tuned_on_the_column_major_layout_say_so(tmp_path):
     ],
 )
 def test_cli_block_scale_a_follows_the_dispatch_mode_by_default(
-    tmp_path, monkeypatch, dispatch_at, flag, expected
+    tmp_path, monkeypatch, dispatch_at, mode, flag, expected
 ):
     """``--block-scale-a auto`` (the default): Block_FP8 keys are tuned on the layout hlvllm's dispatch
     mode hands the GEMM (vLLM's column-major in capture mode, the default; row-major with
     HL_DISPATCH_AT=op), and the entries and the resume command say which."""
-    from hlvllm.settings import get_settings
-
     model = tmp_path / "config.json"
     model.write_text(json.dumps(TINY))
     out = tmp_path / "out"
     tuner = FakeTuner()
     monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
     monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
-    if dispatch_at is None:
-        monkeypatch.delenv("HL_DISPATCH_AT", raising=False)
-    else:
-        monkeypatch.setenv("HL_DISPATCH_AT", dispatch_at)
-    get_settings.cache_clear()
-    try:
-        args = [
-            "autotune",
-            "--model",
-            str(model),
-            "--formats",
-            "block_fp8",
-            "--num-tokens",
-            "1",
-            "--output",
-            str(out),
-        ]
-        result = runner.invoke(app, [*args, *flag])
-    finally:
-        get_settings.cache_clear()
+    dispatch_at(mode)
+    args = [
+        "autotune",
+        "--model",
+        str(model),
+        "--formats",
+        "block_fp8",
+        "--num-tokens",
+        "1",
+        "--output",
+        str(out),
+    ]
+    result = runner.invoke(app, [*args, *flag])
     assert result.exit_code == 0, result.output
     assert {o.block_scale_a for o in tuner.options} == {expected}
     cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")

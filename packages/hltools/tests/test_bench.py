@@ -304,7 +304,7 @@ def test_helion_reads_block_scales_in_the_layout_asked(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("layout", "dispatch_at", "expected"),
+    ("layout", "mode", "expected"),
     [
         ("auto", None, "tma"),
         ("auto", "op", "row"),
@@ -313,17 +313,8 @@ def test_helion_reads_block_scales_in_the_layout_asked(monkeypatch):
         ("tma", "op", "tma"),
     ],
 )
-def test_block_scale_a_auto_is_the_dispatch_modes_layout(monkeypatch, layout, dispatch_at, expected):
-    from hlvllm.settings import get_settings
-
-    if dispatch_at is None:
-        monkeypatch.delenv("HL_DISPATCH_AT", raising=False)
-    else:
-        monkeypatch.setenv("HL_DISPATCH_AT", dispatch_at)
-    get_settings.cache_clear()
-    try:
-        assert bench.resolve_block_scale_a(layout) == expected
-        with pytest.raises(ValueError, match="block scale_a layout must be one of"):
-            bench.resolve_block_scale_a("column")
-    finally:
-        get_settings.cache_clear()
+def test_block_scale_a_auto_is_the_dispatch_modes_layout(dispatch_at, layout, mode, expected):
+    dispatch_at(mode)
+    assert bench.resolve_block_scale_a(layout) == expected
+    with pytest.raises(ValueError, match="block scale_a layout must be one of"):
+        bench.resolve_block_scale_a("column")

@@ -56,17 +56,11 @@ def test_kernels_list_needs_no_gpu(no_gpu):
     assert "helion scaled_mm (block scale_a tma)" in out
 
 
-def test_kernels_block_scale_a_row_with_the_op_design(no_gpu, monkeypatch):
-    from hlvllm.settings import get_settings
-
-    monkeypatch.setenv("HL_DISPATCH_AT", "op")
-    get_settings.cache_clear()
-    try:
-        result = runner.invoke(
-            app, ["bench", "kernels", "--model", "qwen3-8b", "--formats", "block_fp8", "--list"]
-        )
-    finally:
-        get_settings.cache_clear()
+def test_kernels_block_scale_a_row_with_the_op_design(no_gpu, dispatch_at):
+    dispatch_at("op")
+    result = runner.invoke(
+        app, ["bench", "kernels", "--model", "qwen3-8b", "--formats", "block_fp8", "--list"]
+    )
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
     assert "helion scaled_mm" in out and "block scale_a tma" not in out
