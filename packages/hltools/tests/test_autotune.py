@@ -437,4 +437,23 @@ def test_cli_block_scale_a_follows_the_dispatch_mode_by_default(
     assert {o.block_scale_a for o in tuner.options} == {expected}
     cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
     assert {e.block_scale_a for e in cf.entries.values()} == {expected}
-    assert ("--block-scale-a tma" in cf.metadata["command"]) == (expected == "tma")
+    assert f"--block-scale-a {expected}" in cf.metadata["command"]  # a rerun keeps the layout
+    assert cf.metadata["block_scale_a"] == expected
+
+
+def test_a_rerun_tunes_again_the_block_keys_of_the_other_layout(tmp_path):
+    """Resume counts a Block_FP8 key as done only on the run's layout: keys tuned on row-major are
+    tuned again (and replaced) by a run on vLLM's column-major, per-token formats' keys are not."""
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    keys = at.build_keys(TINY, ["block_fp8", "fp8_dynamic"], [1], (1,))
+    at.run_autotune(keys, path, tune=FakeTuner(), check=fake_check, metadata={**META, "block_scale_a": "row"})
+    again = FakeTuner()
+    summary = at.run_autotune(
+        keys, path, tune=again, check=fake_check, metadata={**META, "block_scale_a": "tma"}
+    )
+    assert {c[0] for c in again.calls} == {"block_fp8"} and summary.count("skipped") == 3
+    entries = _entries(path).values()
+    assert {(e.key["format"], e.block_scale_a) for e in entries} == {
+        ("block_fp8", "tma"),
+        ("fp8_dynamic", "row"),
+    }

@@ -43,7 +43,8 @@ def test_e2e_without_gpu_exits_2(no_gpu, tmp_path):
     assert "hltools bench e2e needs a CUDA GPU" in _flat(result.output) and "--dry-run" in result.output
 
 
-def test_kernels_list_needs_no_gpu(no_gpu):
+def test_kernels_list_needs_no_gpu(no_gpu, dispatch_at):
+    dispatch_at(None)
     result = runner.invoke(
         app, ["bench", "kernels", "--model", "qwen3-8b,Qwen/Qwen3-1.7B", "--formats", "block_fp8", "--list"]
     )
@@ -261,13 +262,16 @@ def test_report_without_results_exits_1(tmp_path):
 
 def test_repro_command():
     r = BenchResult("qwen3-8b", "o/down", "block_fp8", "helion", "-", 3, 4096, 4096, tp=2, out_dtype="fp16")
+    # Block_FP8: the layout always (the default follows HL_DISPATCH_AT); older results ran row-major
     assert kernel_results.repro_command(r, {"seed": 5}) == (
         "hltools bench kernels --model qwen3-8b --formats block_fp8 --tp 2 --layer o --layer down "
-        "--num-tokens 3 --out-dtype fp16 --seed 5"
+        "--num-tokens 3 --out-dtype fp16 --seed 5 --block-scale-a row"
     )
     assert kernel_results.repro_command(r, {"seed": 5, "block_scale_a": "tma"}).endswith(
         "--seed 5 --block-scale-a tma"
     )
+    fp8 = BenchResult("qwen3-8b", "o", "fp8_dynamic", "helion", "-", 3, 4096, 4096)
+    assert "--block-scale-a" not in kernel_results.repro_command(fp8, {"seed": 5, "block_scale_a": "tma"})
 
 
 def _off_on_runs(off_tps, on_tps):

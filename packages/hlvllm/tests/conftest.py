@@ -16,7 +16,8 @@ def hl_env(monkeypatch, tmp_path_factory):
     out-of-tree op table (``register()`` replaces RMSNorm, SiluAndMul, QuantFP8 when the aux kernels
     are on), its hashed env factors (``register()`` adds hlvllm's compile-cache entry) and hlvllm's
     state after. ``HL_AUX_KERNELS`` and ``HL_AUX_FUSION`` start unset (the defaults: no aux kernels);
-    a test that needs the aux layers sets ``HL_AUX_KERNELS=all``. ``HL_KERNEL_CACHE_DIR`` starts unset
+    a test that needs the aux layers sets ``HL_AUX_KERNELS=all``. ``HL_DISPATCH_AT`` starts unset (the
+    default), ``HL_PRECOMPILE_PROCESSES`` at 0. ``HL_KERNEL_CACHE_DIR`` starts unset
     with ``VLLM_CACHE_ROOT`` a temporary directory."""
     from vllm import envs
     from vllm.model_executor.custom_op import op_registry_oot
@@ -39,6 +40,8 @@ def hl_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("HL_LINEAR_BACKEND", "helion")
     monkeypatch.delenv("HL_AUX_KERNELS", raising=False)
     monkeypatch.delenv("HL_AUX_FUSION", raising=False)
+    monkeypatch.delenv("HL_DISPATCH_AT", raising=False)  # the default, whatever the shell says
+    monkeypatch.setenv("HL_PRECOMPILE_PROCESSES", "0")  # no worker pool in tests (auto on a GPU)
     # register() sets HL_KERNEL_CACHE_DIR (default: under VLLM_CACHE_ROOT): unset at the start, removed after,
     # and the default under a temporary cache root, not the user's
     monkeypatch.setenv("HL_KERNEL_CACHE_DIR", "")

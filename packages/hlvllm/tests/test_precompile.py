@@ -252,7 +252,7 @@ def test_auto_worker_processes_only_for_one_gpu_engine(hl_env, cuda, tp, dp, cpu
     from hlvllm.settings import get_settings
 
     hl_env.setattr(torch.cuda, "is_available", lambda: cuda)
-    hl_env.setattr(precompile.os, "cpu_count", lambda: cpus)
+    hl_env.setattr(precompile.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     hl_env.setenv("HL_KERNEL_CACHE_DIR", "/tmp/hl-test-unused")
     for interpreter in ("HELION_INTERPRET", "TRITON_INTERPRET"):  # as on a GPU (nothing runs here)
         hl_env.delenv(interpreter, raising=False)

@@ -50,7 +50,7 @@ from hlcore.config_store import (
     save_config_file,
     scaled_mm_key,
 )
-from hlcore.formats import get_format
+from hlcore.formats import FORMAT_NAMES, get_format
 from hlcore.scaled_mm_config import check_scaled_mm_config
 from hltools.format_names import check_formats
 from hltools.provenance import versions
@@ -205,8 +205,22 @@ def load_existing(path: Path) -> ConfigFile | None:
         raise AutotuneError(f"{exc}; fix or move it away (or pick another --output)") from None
 
 
-def done_keys(existing: ConfigFile | None) -> set:
-    return set() if existing is None else set(existing.entries)
+def done_keys(existing: ConfigFile | None, block_scale_a: str = "row") -> set:
+    """The keys of ``existing`` a run with Block_FP8's ``block_scale_a`` layout counts as done: every
+    per-token format's key, and the block formats' keys tuned on that layout (a key tuned on the
+    other one is tuned again, and replaced)."""
+    if existing is None:
+        return set()
+    return {
+        kid
+        for kid, e in existing.entries.items()
+        if e.block_scale_a == block_scale_a or not _is_block_key(e.key)
+    }
+
+
+def _is_block_key(key: dict) -> bool:
+    fmt = key.get("format")
+    return isinstance(fmt, str) and fmt in FORMAT_NAMES and get_format(fmt).block_size is not None
 
 
 def fallback_keys(existing: ConfigFile | None) -> set:
@@ -238,7 +252,7 @@ def resume(keys: Sequence[TuneKey], path: Path, metadata: dict[str, Any], force:
             raise AutotuneError(
                 f"{path}: {stale}; rerun with --force to retune and replace it (or pick another --output)"
             )
-    done = set() if force else done_keys(existing)
+    done = set() if force else done_keys(existing, metadata.get("block_scale_a", "row"))
     skipped = {
         i: KeyStatus(key, "skipped", message="already tuned")
         for i, key in enumerate(keys)

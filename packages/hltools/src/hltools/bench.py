@@ -209,13 +209,15 @@ BLOCK_SCALE_A_LAYOUTS = config_store.BLOCK_SCALE_A_LAYOUTS
 
 def resolve_block_scale_a(layout: str) -> str:
     """The layout a command's ``--block-scale-a`` names: ``auto`` is the one hlvllm's dispatch mode
-    hands the Helion GEMM (:func:`hlvllm.routing.block_scale_a`: ``tma`` in capture mode, the
-    default; ``row`` with ``HL_DISPATCH_AT=op``); otherwise one of :data:`BLOCK_SCALE_A_LAYOUTS`.
-    ``ValueError`` for anything else (or a bad ``HL_DISPATCH_AT``)."""
+    hands the Helion GEMM (:data:`hlvllm.routing.BLOCK_SCALE_A_OF_MODE` of ``HL_DISPATCH_AT``:
+    ``tma`` in capture mode, the default; ``row`` with ``HL_DISPATCH_AT=op``); otherwise one of
+    :data:`BLOCK_SCALE_A_LAYOUTS`. ``ValueError`` for anything else (or a bad ``HL_DISPATCH_AT``;
+    the other ``HL_*`` variables are not read)."""
     if layout == "auto":
-        from hlvllm.routing import block_scale_a as dispatch_layout
+        from hlvllm.routing import BLOCK_SCALE_A_OF_MODE
+        from hlvllm.settings import dispatch_at_env
 
-        return dispatch_layout()
+        return BLOCK_SCALE_A_OF_MODE[dispatch_at_env()]
     check_block_scale_a(layout)
     return layout
 

@@ -114,8 +114,8 @@ def repro_command(r: BenchResult, metadata: Mapping[str, Any]) -> str:
     for name in r.layer.split("/"):
         parts += ["--layer", name]
     parts += ["--num-tokens", str(r.m), "--out-dtype", r.out_dtype, "--seed", str(metadata.get("seed", 0))]
-    if metadata.get("block_scale_a", "row") != "row":
-        parts += ["--block-scale-a", metadata["block_scale_a"]]
+    if r.format == "block_fp8":  # explicit: the default follows HL_DISPATCH_AT
+        parts += ["--block-scale-a", metadata.get("block_scale_a", "row")]
     return shlex.join(parts)
 
 

@@ -11,7 +11,8 @@ compiled without the lowering).
 Helion's host call costs tens of microseconds, so outside capture Helion runs only once per
 (M, N, K) to compile before capture (vLLM's warm-up run precedes each capture at the same size),
 unless ``HL_HELION_EAGER=1``. Before the first such call the speed guard times every registered
-shape without an exact tuned key (:func:`hlvllm.guard.check_all`, once per process). A Helion failure
+shape without an exact tuned key, or whose Block_FP8 key's mark was measured on the other scale_a
+layout (:func:`hlvllm.guard.check_all`, once per process). A Helion failure
 for a shape logs one warning and that shape uses vLLM's kernel from then on: a server never fails
 because of us.
 

@@ -1,5 +1,8 @@
 """Speed guard: a GEMM shape without an exact tuned key keeps Helion only where it is measured faster.
 
+Also a Block_FP8 key whose mark was measured on another activation-scale layout than the dispatch
+mode's and does not settle it (:mod:`hlvllm.routing`, rule 4): the guard times it the same way.
+
 The picker reuses a config for shapes it was not tuned on (another M of the shape, the nearest
 shape, the file's default entry): such a config can be slower than vLLM's kernel on a shape it was
 never measured on. So at warm-up, before CUDA-graph capture, every such (format, M, N, K) of the

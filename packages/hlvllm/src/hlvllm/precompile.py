@@ -207,10 +207,11 @@ AUTO_PROCESSES = 8
 
 
 def auto_pool_processes() -> int:
-    """``HL_PRECOMPILE_PROCESSES=auto``: ``min(AUTO_PROCESSES, CPU cores // 2)`` when this engine runs
-    on one GPU (vLLM's ``parallel_config``: world size 1 and data-parallel size 1), else 0: every
-    rank would start its own pool for the same kernels, and several pools on one host were never
-    measured. 0 without CUDA (the CPU interpreters included) or when vLLM's config cannot be read."""
+    """``HL_PRECOMPILE_PROCESSES=auto``: ``max(1, min(AUTO_PROCESSES, usable CPU cores // 2))`` (the
+    cores this process may run on) when this engine runs on one GPU (vLLM's ``parallel_config``:
+    world size 1 and data-parallel size 1), else 0: every rank would start its own pool for the same
+    kernels, and several pools on one host were never measured. 0 without CUDA (the CPU interpreters
+    included) or when vLLM's config cannot be read. One INFO line says what it resolved to."""
     if not torch.cuda.is_available():
         return 0
     try:
@@ -218,11 +219,22 @@ def auto_pool_processes() -> int:
 
         parallel = get_current_vllm_config().parallel_config
         engines = parallel.world_size * getattr(parallel, "data_parallel_size", 1)
-    except Exception:  # noqa: BLE001 - no config to read: no pool by default
+    except Exception as exc:  # noqa: BLE001 - no config to read: no pool by default
+        logger.info("hlvllm: HL_PRECOMPILE_PROCESSES=auto: off (vLLM's config not readable here: %s)", exc)
         return 0
     if engines != 1:
+        logger.info(
+            "hlvllm: HL_PRECOMPILE_PROCESSES=auto: off for an engine of %d ranks (set N to compile in N "
+            "worker processes per rank)",
+            engines,
+        )
         return 0
-    return max(1, min(AUTO_PROCESSES, (os.cpu_count() or 2) // 2))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    processes = max(1, min(AUTO_PROCESSES, cores // 2))
+    logger.info(
+        "hlvllm: HL_PRECOMPILE_PROCESSES=auto: %d worker processes (%d usable cores)", processes, cores
+    )
+    return processes
 
 
 def _pool_processes() -> int:

@@ -14,8 +14,11 @@
    vLLM's kernel. A mark applies to its own key only, never to another shape the picker reuses its
    config for. A Block_FP8 key measured on another ``scale_a`` layout than the one this dispatch
    mode hands the GEMM (:func:`block_scale_a`: row-major in the op design, vLLM's column-major at
-   capture; the entry's ``block_scale_a``) and not marked: the speed guard decides, as in rule 5
-   (the layout moves the GEMM's time by up to ~18 %, so its "Helion is faster" is not this call's).
+   capture; the entry's ``block_scale_a``): the layout moves the Helion GEMM's time by up to ~18 %,
+   row-major being the faster (lab record 2026-12-04-c), so a mark measured on row-major holds at
+   capture only when it says vLLM's kernel wins, and one measured on column-major holds in the op
+   design only when it says Helion wins; the speed guard decides the other two, as in rule 5 (one
+   INFO line per format says so).
 5. No exact tuned key (the picker reuses another M of the shape, the nearest shape, the file's
    default entry, or the heuristic):
 
@@ -53,7 +56,8 @@ class Route:
     ``path``: :data:`HELION` or :data:`VLLM`. ``reason``: one phrase for logs. ``config``: the
     Helion config to pass to ``hlcore.scaled_mm`` (None: its picker chooses, the same pick as
     ``pick``). ``pick``: the picker's result (None where the rules stop before the picker).
-    ``guarded``: Helion runs a config without an exact tuned key, so the speed guard decides."""
+    ``guarded``: Helion runs a config without an exact tuned key (or a Block_FP8 key whose mark was
+    measured on another scale_a layout and does not settle it, rule 4), so the speed guard decides."""
 
     path: str
     reason: str
@@ -73,6 +77,7 @@ _guard: dict[tuple[str, int, int, int], tuple[bool, str]] = {}  # (fmt, M, N, K)
 _untuned_warned: set[str] = set()  # formats whose first untuned shape was warned about
 _untuned_logged: set[tuple[str, int, int]] = set()  # (fmt, N, K) untuned shapes already logged
 _marks_logged: set[tuple[str, int, int, int]] = set()
+_layout_logged: set[str] = set()  # formats whose keys' other scale_a layout was logged
 
 
 def set_capture_limit(max_capture_size: int) -> None:
@@ -88,11 +93,16 @@ def max_helion_m() -> int:
     return limit if _max_m_limit is None else min(limit, _max_m_limit)
 
 
+#: The layout of Block_FP8's ``scale_a`` the Helion GEMM reads in each dispatch mode, by the names of
+#: :data:`hlcore.config_store.BLOCK_SCALE_A_LAYOUTS`: row-major in the op design (hlvllm's
+#: quantizer), vLLM's column-major with ``HL_DISPATCH_AT=capture`` (vLLM's quantizer).
+BLOCK_SCALE_A_OF_MODE = {"op": "row", "capture": "tma"}
+
+
 def block_scale_a() -> str:
-    """The layout of Block_FP8's ``scale_a`` the Helion GEMM reads in this dispatch mode, by the names
-    of :data:`hlcore.config_store.BLOCK_SCALE_A_LAYOUTS`: ``"row"`` in the op design (hlvllm's
-    quantizer), ``"tma"`` with ``HL_DISPATCH_AT=capture`` (vLLM's quantizer, column-major)."""
-    return "tma" if get_settings().dispatch_at == "capture" else "row"
+    """The layout of Block_FP8's ``scale_a`` in this process's dispatch mode
+    (:data:`BLOCK_SCALE_A_OF_MODE`)."""
+    return BLOCK_SCALE_A_OF_MODE[get_settings().dispatch_at]
 
 
 def decide(fmt: str, m: int, n: int, k: int) -> Route:
@@ -128,14 +138,17 @@ def _decide_by_config(fmt: str, m: int, n: int, k: int) -> Route:
     except Exception as exc:  # noqa: BLE001 - the Helion call then fails over with its own warning
         return Route(HELION, f"picker failed ({exc}); Helion's call reports it")
     exact = pick.source == "exact"
-    if exact and pick.fallback:
+    other_layout = exact and get_format(fmt).block_size is not None and pick.block_scale_a != block_scale_a()
+    unproven = other_layout and pick.fallback == (pick.block_scale_a == "tma")  # rule 4's layout case
+    if exact and pick.fallback and not unproven:
         _log_mark(fmt, m, n, k, pick)
         return Route(VLLM, "its tuned key is marked fallback (vLLM's kernel measured faster)", pick=pick)
     config = None
     if settings.deterministic:
         config = json.loads(pick.config_json)
         config["split_k"] = 1
-    if exact and pick.block_scale_a != block_scale_a() and get_format(fmt).block_size:
+    if unproven:
+        _log_layout(fmt, pick)
         why = f"tuned key measured on {pick.block_scale_a} scale_a, this mode reads {block_scale_a()}"
         return Route(HELION, why, config, pick, guarded=True)
     if exact:
@@ -151,6 +164,27 @@ def _decide_by_config(fmt: str, m: int, n: int, k: int) -> Route:
     if other_shape and pick.source != "heuristic":
         _log_untuned(fmt, m, n, k, pick, None)
     return Route(HELION, f"{pick.source} config, no exact tuned key", config, pick, guarded=True)
+
+
+def _log_layout(fmt: str, pick) -> None:
+    """Once per format: its tuned keys' marks were measured on another scale_a layout than this mode's."""
+    if fmt in _layout_logged:
+        return
+    _layout_logged.add(fmt)
+    mode = get_settings().dispatch_at
+    logger.info(
+        "hlvllm: %s keys of %s were measured on %s scale_a; HL_DISPATCH_AT=%s hands Helion %s: the speed "
+        "guard times the ones their marks do not settle at warm-up (mark them on this layout with "
+        "`hltools bench kernels --block-scale-a %s` in 3 processes and `hltools configs from-bench`, or "
+        "`hltools autotune --block-scale-a %s`)",
+        fmt,
+        pick.path,
+        pick.block_scale_a,
+        mode,
+        block_scale_a(),
+        block_scale_a(),
+        block_scale_a(),
+    )
 
 
 def _log_mark(fmt: str, m: int, n: int, k: int, pick) -> None:
@@ -237,3 +271,4 @@ def reset() -> None:
     _untuned_warned.clear()
     _untuned_logged.clear()
     _marks_logged.clear()
+    _layout_logged.clear()

@@ -4,18 +4,18 @@
 | --- | --- | --- |
 | ``HL_LINEAR_BACKEND`` | unset (off) | ``helion`` enables the plugin's linear kernels; unset, ``vllm`` or ``0`` leave vLLM untouched |
 | ``HL_MAX_HELION_SIZE`` | ``32`` | largest num_tokens routed to Helion (``max_helion_size``); larger batches use vLLM's kernel |
-| ``HL_HELION_EAGER`` | ``0`` | ``1``: also use Helion outside CUDA-graph capture (tests, benchmarks; slow on the host) |
+| ``HL_HELION_EAGER`` | ``0`` | ``1``: also use Helion outside CUDA-graph capture (tests, benchmarks; slow on the host); only with ``HL_DISPATCH_AT=op`` |
 | ``HL_DISPATCH_LOG`` | ``0`` | ``1``: log the first dispatch of every (path, M, N, K) |
 | ``HL_AUX_KERNELS`` | ``none`` (``all`` with ``HL_AUX_FUSION=1``) | which auxiliary ops use Helion with the backend on: ``all``, ``none`` or a list (below); off by default: end to end they cost 7-9 % tokens/s on the H200 (docs/aux-kernels.md) |
 | ``HL_DETERMINISTIC`` | ``0`` | ``1``: Helion GEMMs run with ``split_k = 1`` (no atomics): bitwise repeatable results |
 | ``HL_AUX_FUSION`` | ``0`` | ``1``: a graph pass fuses each aux norm / silu_and_mul with the per-token fp8 quant after it (one launch) |
 | ``HL_KERNEL_CACHE_DIR`` | ``<VLLM_CACHE_ROOT>/hlcore_kernels`` | hlcore's cache of Helion's generated code across restarts; set by ``hlvllm.plugin.register`` when unset; empty: off |
 | ``HL_UNTUNED_SHAPES`` | ``nearest`` | GEMM shapes without a tuned key: ``nearest`` runs the nearest tuned config of this GPU's file (one warning), and vLLM's kernel on a GPU without a file; ``vllm`` runs vLLM's kernel for all of them; ``heuristic`` is ``nearest`` that also runs Helion's untuned default config on a GPU without a file |
-| ``HL_SPEED_GUARD`` | ``1`` (on) | shapes without an exact tuned key keep Helion only where it times at least 2 % faster than vLLM's kernel at warm-up (:mod:`hlvllm.guard`; results cached next to the kernel cache); ``0``: off |
+| ``HL_SPEED_GUARD`` | ``1`` (on) | shapes without an exact tuned key (and Block_FP8 keys measured on the other scale_a layout whose mark does not settle it) keep Helion only where it times at least 2 % faster than vLLM's kernel at warm-up (:mod:`hlvllm.guard`; results cached next to the kernel cache); ``0``: off |
 | ``HL_PRECOMPILE_THREADS`` | ``0`` (off) | ``N`` > 1: at a GEMM shape's first Helion call, compile its other CUDA-graph sizes in ``N`` threads (``hlvllm.precompile``); on the H200 it took 4 of 26 s off an 8-layer engine's capture |
-| ``HL_PRECOMPILE_PROCESSES`` | ``auto`` | ``N`` > 0: once the model's weights are processed, compile every Helion GEMM kernel the CUDA-graph sizes will run in ``N`` worker processes, into the kernel cache (``hlvllm.precompile``, ``hlcore.kernel_pool``); needs ``HL_KERNEL_CACHE_DIR``; ``0``: off; ``auto``: ``min(8, CPU cores // 2)`` for an engine on one GPU (the setting every capture-mode measurement ran with), off with several ranks or engines (:func:`hlvllm.precompile.auto_pool_processes`) |
+| ``HL_PRECOMPILE_PROCESSES`` | ``auto`` | ``N`` > 0: once the model's weights are processed, compile every Helion GEMM kernel the CUDA-graph sizes will run in ``N`` worker processes, into the kernel cache (``hlvllm.precompile``, ``hlcore.kernel_pool``); needs ``HL_KERNEL_CACHE_DIR``; ``0``: off; ``auto``: ``max(1, min(8, usable CPU cores // 2))`` for an engine on one GPU (the setting every capture-mode measurement ran with), off with several ranks or engines (:func:`hlvllm.precompile.auto_pool_processes`) |
 | ``HL_DISPATCH_AT`` | ``capture`` | where linear layers choose Helion or vLLM's kernel: ``capture``, vLLM's graph unchanged (one range) and vLLM's GEMM op calls routed while vLLM captures CUDA graphs (:mod:`hlvllm.capture_dispatch`; prefill and eager calls never reach hlvllm); ``op``, inside hlvllm's op in vLLM's compiled graph, split into two compile ranges at ``max_helion_size`` (:mod:`hlvllm.lowering`; Helion also runs eagerly with ``HL_HELION_EAGER=1``) |
-| ``HL_FUSED_QUANT`` | ``0`` (off) | ``1``: Block_FP8 layers quantize their activations inside the Helion GEMM at decode sizes (``hlcore.fused_linear``: one kernel instead of QuantFP8 + GEMM); not yet measured on a GPU |
+| ``HL_FUSED_QUANT`` | ``0`` (off) | only with ``HL_DISPATCH_AT=op``; ``1``: Block_FP8 layers quantize their activations inside the Helion GEMM at decode sizes (``hlcore.fused_linear``: one kernel instead of QuantFP8 + GEMM); not yet measured on a GPU |
 
 A value a variable does not take makes :func:`get_settings` raise ``ValueError``; the plugin then stays off
 with one warning (:func:`hlvllm.plugin.register`): a typo never stops a vLLM server.
@@ -140,7 +140,9 @@ def _untuned_env() -> str:
     return raw
 
 
-def _dispatch_at_env() -> str:
+def dispatch_at_env() -> str:
+    """``HL_DISPATCH_AT`` alone (``ValueError`` for a value it does not take), for tools that need
+    the dispatch mode without every other ``HL_*`` variable being valid."""
     raw = os.environ.get("HL_DISPATCH_AT", "").strip().lower() or "capture"
     if raw not in DISPATCH_AT:
         raise ValueError(f"HL_DISPATCH_AT must be one of {', '.join(DISPATCH_AT)}; got {raw!r}")
@@ -169,5 +171,5 @@ def get_settings() -> Settings:
         speed_guard=_bool_env("HL_SPEED_GUARD", default=True),
         precompile_processes=_processes_env(),
         fused_quant=_bool_env("HL_FUSED_QUANT"),
-        dispatch_at=_dispatch_at_env(),
+        dispatch_at=dispatch_at_env(),
     )

@@ -177,11 +177,10 @@ def autotune(
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
     if effort == Effort.grid:
-        tune = _grid_tuner(_keys_to_tune(keys, path, force), seed, block_scale_a)
+        tune = _grid_tuner(_keys_to_tune(keys, path, force, block_scale_a), seed, block_scale_a)
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
-    if block_scale_a != "row":
-        meta["block_scale_a"] = block_scale_a
+    meta["block_scale_a"] = block_scale_a
     at.apply_benchmark_env()
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
@@ -195,13 +194,14 @@ def autotune(
     _report(out, summary, command)
 
 
-def _keys_to_tune(keys, path, force: bool):
-    """The keys a grid run searches (and compiles): those not yet in the output file, or all with
-    --force or when all are done (a corrupt file: the run itself reports it)."""
+def _keys_to_tune(keys, path, force: bool, block_scale_a: str = "row"):
+    """The keys a grid run searches (and compiles): those not yet in the output file (Block_FP8: on
+    ``block_scale_a``), or all with --force or when all are done (a corrupt file: the run itself
+    reports it)."""
     from hltools import autotune as at
 
     try:
-        done = set() if force else at.done_keys(at.load_existing(path))
+        done = set() if force else at.done_keys(at.load_existing(path), block_scale_a)
     except at.AutotuneError:
         done = set()
     return [k for k in keys if tuple(sorted(k.key.items())) not in done] or keys
@@ -261,7 +261,7 @@ def _resume_command(
     parts += ["--num-tokens", ",".join(map(str, tokens)), "--effort", effort.value, "--seed", str(seed)]
     parts += ["--output", str(output)]
     parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
-    parts += ["--block-scale-a", block_scale_a] if block_scale_a != "row" else []
+    parts += ["--block-scale-a", block_scale_a]  # explicit: the default follows HL_DISPATCH_AT
     return shlex.join(parts)
 
 
