@@ -266,7 +266,7 @@ def save_tuned(path: Path, status: KeyStatus, metadata: dict[str, Any], *, merge
     block format's entry records the ``scale_a`` layout it was tuned on, ``metadata["block_scale_a"]``)."""
     result = status.result
     result.fallback = result.fallback or result.slower_than_fallback()
-    layout = metadata.get("block_scale_a", "row") if get_format(status.key.fmt).block_size else "row"
+    layout = metadata.get("block_scale_a", "row") if _is_block_key(status.key.key) else "row"
     entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats(), layout)
     save_config_file(path, [entry], metadata, merge=merge)
 

@@ -43,6 +43,7 @@ A mark applies to its own key only: the picker never carries it to another shape
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -478,7 +479,6 @@ def write_config_and_stats(
     ``stats_file``) into the config file ``path``; their stats into the sidecar ``stats_path``
     (same keys, :func:`stats_metadata`). Both merged unless ``merge`` is False."""
     metadata = {**metadata, "stats_file": str(stats_path)}
-    entries_only = [ConfigEntry(e.key, e.config, e.fallback, block_scale_a=e.block_scale_a) for e in entries]
-    save_config_file(path, entries_only, metadata, merge=merge)
+    save_config_file(path, [dataclasses.replace(e, stats={}) for e in entries], metadata, merge=merge)
     stats = {e.id: e.stats for e in entries if e.stats}
     save_stats_file(stats_path, stats, stats_metadata(metadata, path), merge=merge)
