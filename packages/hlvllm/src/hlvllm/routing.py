@@ -15,7 +15,8 @@
    config for. A Block_FP8 key measured on another ``scale_a`` layout than the one this dispatch
    mode hands the GEMM (:func:`block_scale_a`: row-major in the op design, vLLM's column-major at
    capture; the entry's ``block_scale_a``): the layout moves the Helion GEMM's time by up to ~18 %,
-   row-major being the faster (lab record 2026-12-04-c), so a mark measured on row-major holds at
+   row-major being the faster (lab record 2026-12-04-c: column-major 0.99-1.05x the time with
+   ``prefetch_scales``, 0.96-1.14x without), so a mark measured on row-major holds at
    capture only when it says vLLM's kernel wins, and one measured on column-major holds in the op
    design only when it says Helion wins; the speed guard decides the other two, as in rule 5 (one
    INFO line per format says so).
