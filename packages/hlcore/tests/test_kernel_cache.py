@@ -5,6 +5,7 @@ Runs in the Triton-interpreter mode (Helion generates real Triton code, TRITON_I
 and on a GPU (``HL_TEST_GPU=1``); in Helion's eager mode (no code generation) the cache is off,
 which is checked, and the rest is skipped."""
 
+import inspect
 import json
 import logging
 import os
@@ -270,6 +271,102 @@ def test_unwritable_directory_only_warns(tmp_path, monkeypatch, caplog):
         assert sum("cannot write" in r.getMessage() for r in caplog.records) == 1  # once per process
     finally:
         _clear_kernels()
+
+
+# --------------------------------------------------------------------------------------------
+# Triton's cache of hlcore's kernels: <dir>/triton at every first call, whatever TRITON_CACHE_DIR says
+# --------------------------------------------------------------------------------------------
+class _ProbeKernel:
+    """Stands in for a Helion kernel on the miss path: records Triton's cache directory and the
+    environment's at its call (it has no config, so the entry lookup fails and Helion's path runs)."""
+
+    name = "probe"
+    signature = inspect.signature(lambda x: None)
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def __call__(self, x):
+        from triton import knobs
+
+        self.seen.append((knobs.cache.dir, os.environ.get("TRITON_CACHE_DIR")))
+        return x + 1
+
+
+@pytest.fixture
+def engine_triton_dir(tmp_path, monkeypatch):
+    """``TRITON_CACHE_DIR`` pointed elsewhere, as vLLM does once its compilation starts."""
+    from triton import knobs
+
+    monkeypatch.delitem(knobs.cache.__dict__, "dir", raising=False)
+    path = str(tmp_path / "vllm-triton")
+    monkeypatch.setenv("TRITON_CACHE_DIR", path)
+    return path
+
+
+def test_a_miss_compiles_into_the_kernel_caches_triton_folder(tmp_path, engine_triton_dir, monkeypatch):
+    """Helion's call on a miss (what kernel_pool's workers make) runs with Triton's cache at
+    <dir>/triton; the environment is left as it is, and so is Triton's directory afterwards."""
+    from triton import knobs
+
+    monkeypatch.setattr(kc, "_warned", {"lookup", "harvest"})  # the probe has no config: no entry
+    seen = []
+    kernel = kc.CachedKernel(_ProbeKernel(seen), tmp_path / "kc")
+    assert torch.equal(kernel(torch.zeros(2)), torch.ones(2))
+    assert seen == [(str(tmp_path / "kc" / "triton"), engine_triton_dir)]
+    assert (tmp_path / "kc" / "triton").is_dir()
+    assert knobs.cache.dir == engine_triton_dir and "dir" not in knobs.cache.__dict__
+    assert os.environ["TRITON_CACHE_DIR"] == engine_triton_dir
+
+
+def test_a_disk_hits_first_run_finds_tritons_files_where_the_workers_wrote_them(
+    tmp_path, engine_triton_dir, monkeypatch
+):
+    """A disk hit's first run looks in <dir>/triton (where the miss above compiled); later calls of
+    the same arguments are the in-process fast path and change nothing."""
+    from triton import knobs
+
+    seen = []
+
+    def run(x):
+        seen.append(knobs.cache.dir)
+        return x * 2
+
+    monkeypatch.setattr(kc.CachedKernel, "entry_key", lambda self, args, key: "k")
+    monkeypatch.setattr(kc.CachedKernel, "_load", lambda self, path, entry_key, args: run)
+    kernel = kc.CachedKernel(_ProbeKernel([]), tmp_path / "kc")
+    x = torch.ones(3)
+    assert torch.equal(kernel(x), 2 * x) and torch.equal(kernel(x), 2 * x)
+    assert seen == [str(tmp_path / "kc" / "triton"), engine_triton_dir]
+    assert knobs.cache.dir == engine_triton_dir
+
+
+def test_triton_cache_scope_nests_across_threads_and_restores_an_earlier_override(tmp_path, monkeypatch):
+    """Blocks entered while one is open keep the first block's directory (another thread's too); the
+    last one to leave restores what was there before, here an explicit override."""
+    import threading
+
+    from triton import knobs
+
+    monkeypatch.setitem(knobs.cache.__dict__, "dir", "/earlier")
+    entered, release, seen = threading.Event(), threading.Event(), []
+
+    def other():
+        with kc.triton_cache_scope(tmp_path / "b"):
+            seen.append(knobs.cache.dir)
+            entered.set()
+            release.wait(10)
+        seen.append(knobs.cache.dir)
+
+    with kc.triton_cache_scope(tmp_path / "a"):
+        t = threading.Thread(target=other)
+        t.start()
+        assert entered.wait(10)
+    assert knobs.cache.dir == str(tmp_path / "a" / "triton")  # the other thread is still inside
+    release.set()
+    t.join(10)
+    assert seen == [str(tmp_path / "a" / "triton"), "/earlier"]
+    assert knobs.cache.dir == "/earlier" and kc._triton_scope["depth"] == 0
 
 
 # --------------------------------------------------------------------------------------------

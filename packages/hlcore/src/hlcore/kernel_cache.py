@@ -24,7 +24,7 @@ Call path of :class:`CachedKernel` (positional calls only; anything else is Heli
    function of these, so it is not needed). The file is the generated source behind a one-line
    header holding the entry key and the source's sha256; both are checked. It is loaded the way
    ``BoundKernel.compile_config`` loads it (``PyCodeCache.load(source)``, then the module attribute
-   named after the kernel, ``TRITON_CACHE_DIR`` set as Helion sets it), with its Helion imports
+   named after the kernel, ``TRITON_CACHE_DIR`` set as Helion sets it when unset), with its Helion imports
    pointed at :mod:`hlcore.helion_free` when those are all it uses of Helion
    (:func:`hlcore.helion_free.rewrite`): with a lazy kernel (:meth:`CachedKernel.lazy`, hlcore's
    GEMM), a process whose calls all load from the cache never imports helion.
@@ -32,6 +32,15 @@ Call path of :class:`CachedKernel` (positional calls only; anything else is Heli
    keeps for these arguments is looked up in ``Kernel._bound_kernels`` (no second bind) and the
    source of its host function's module is written to the entry (atomically, after checking the
    file is the one ``PyCodeCache`` wrote for that source).
+
+Triton's own cache: every first call (a disk hit's first run, and Helion's call on a miss, which is
+what :mod:`hlcore.kernel_pool`'s workers make) runs with Triton's cache directory at
+``<dir>/triton`` (:func:`triton_cache_scope`; Triton's ``knobs.cache.dir``, the environment left
+as it is), so the compiled kernels and launchers the workers wrote are the ones the process finds.
+Without it a process would look where ``TRITON_CACHE_DIR`` points at its first run, and vLLM
+points that at its own per-config folder once its compilation starts, after the workers were
+spawned: every kernel the workers had compiled was compiled again there (0.17-0.5 s each).
+Triton's cache is content-addressed, so where it lives changes what is compiled, never a result.
 
 Why exact metadata and not only Helion's specialization key: Helion's in-process key is completed
 by extractors it discovers while binding (``hl.specialize``'d sizes, guards on size-1 dims,
@@ -52,6 +61,7 @@ non-Triton backend, or ``print_output_code`` / ``print_repro``. In vLLM, ``hlvll
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -62,7 +72,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +111,8 @@ def stats() -> dict[str, int]:
 def load_seconds() -> dict[str, float]:
     """Host seconds this process's disk hits took: ``import`` (reading the entry and importing its
     module) and ``first_run`` (the first call of the loaded code: Triton's launcher and binary,
-    compiled here unless Triton's own cache holds them for these arguments' specialization, then
-    the launch; the kernel's run on the device is asynchronous and not in it)."""
+    compiled here unless Triton's cache of these kernels, ``<dir>/triton``, holds them for these
+    arguments' specialization, then the launch; the kernel's run on the device is asynchronous and not in it)."""
     return dict(_LOAD_SECONDS)
 
 
@@ -110,6 +120,59 @@ def cache_dir_from_env() -> Path | None:
     """``HL_KERNEL_CACHE_DIR`` as a path (``~`` expanded), or None when unset or empty."""
     raw = os.environ.get(ENV_VAR, "").strip()
     return Path(raw).expanduser() if raw else None
+
+
+TRITON_SUBDIR = "triton"  # <HL_KERNEL_CACHE_DIR>/triton: Triton's cache of hlcore's kernels
+_TRITON_SCOPE_LOCK = threading.Lock()
+_triton_scope: dict[str, Any] = {"depth": 0, "saved": None}
+_UNSET = object()
+
+
+@contextlib.contextmanager
+def triton_cache_scope(cache_dir: Path) -> Iterator[None]:
+    """Triton's cache directory is ``cache_dir / "triton"`` while the block runs.
+
+    Sets Triton's ``knobs.cache.dir`` override (not ``TRITON_CACHE_DIR``: the environment, which
+    vLLM and Inductor set for their own kernels, is left as it is) and restores the previous
+    override when the outermost block of the process ends; blocks entered meanwhile, on this or
+    another thread, keep the first block's directory. A Triton without ``triton.knobs`` (< 3.4):
+    nothing changes; nor when the directory cannot be made (Triton would fail to write there).
+    Triton's cache is content-addressed: the directory decides only whether a compiled kernel or
+    launcher is found, never what a kernel computes."""
+    knobs = _triton_knobs()
+    directory = Path(cache_dir) / TRITON_SUBDIR
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # Triton would fail to write there: leave its directory as it is
+        log.debug("hlcore kernel cache: Triton's cache stays where it is (%s: %r)", directory, e)
+        knobs = None
+    if knobs is None:
+        yield
+        return
+    with _TRITON_SCOPE_LOCK:
+        if _triton_scope["depth"] == 0:
+            _triton_scope["saved"] = knobs.cache.__dict__.get("dir", _UNSET)
+            knobs.cache.__dict__["dir"] = str(directory)  # the descriptor's override, no setenv
+        _triton_scope["depth"] += 1
+    try:
+        yield
+    finally:
+        with _TRITON_SCOPE_LOCK:
+            _triton_scope["depth"] -= 1
+            if _triton_scope["depth"] == 0:
+                saved = _triton_scope["saved"]
+                if saved is _UNSET:
+                    knobs.cache.__dict__.pop("dir", None)
+                else:
+                    knobs.cache.__dict__["dir"] = saved
+
+
+def _triton_knobs() -> Any:
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    return knobs if hasattr(knobs, "cache") else None
 
 
 def _warn(kind: str, message: str, *args: object) -> None:
@@ -491,7 +554,8 @@ class CachedKernel:
         if run is not None:
             t1 = clock()
             try:
-                result = run(*args)
+                with triton_cache_scope(self.cache_dir):
+                    result = run(*args)
             except Exception as e:
                 _warn(
                     "run",
@@ -507,7 +571,8 @@ class CachedKernel:
                 log.debug("hlcore kernel cache: hit %s", path)
                 return result
         _STATS["misses"] += 1
-        result = self.kernel(*args)
+        with triton_cache_scope(self.cache_dir):
+            result = self.kernel(*args)
         if not self._passthrough:  # a lazy kernel that turned out uncacheable writes nothing
             self._runs[key] = self._store(args, entry_key, path)
         return result

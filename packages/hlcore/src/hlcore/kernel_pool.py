@@ -22,8 +22,10 @@ the cache entries and Triton's cache), and the process's own first calls then lo
 Nothing here changes a result: the calls the process makes later are its own, from the cache entry
 (same key rules as any later process) or, on any mismatch, through Helion's normal path. A worker
 that fails or times out only costs the compile time it was meant to save; its error is in the
-report. Workers inherit the environment (``HL_KERNEL_CACHE_DIR``, ``TRITON_CACHE_DIR``,
-``CUDA_VISIBLE_DEVICES``, ``HELION_*``), which is part of the cache key.
+report. Workers inherit the environment (``HL_KERNEL_CACHE_DIR``, ``CUDA_VISIBLE_DEVICES``,
+``HELION_*``), which is part of the cache key; Triton compiles their kernels and launchers into
+``<HL_KERNEL_CACHE_DIR>/triton`` (:func:`hlcore.kernel_cache.triton_cache_scope`), where the
+process's own first runs look, whatever ``TRITON_CACHE_DIR`` says by then.
 """
 
 from __future__ import annotations
