@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU runs planned after 2026-12-04's fourth session, which found the cold engine's "first
+# runs" of kernels loaded from hlcore's cache (0.17-0.5 s each, 4.0 s for Llama-3.1-8B's 24
+# Block_FP8 kernels, 5.6 s for 25 FP8_Dynamic ones; ~2 ms each warm) and traced them to Triton's
+# cache directory: vLLM moves TRITON_CACHE_DIR to its own folder after hlcore's precompile workers
+# were spawned, so the engine found none of their Triton files. 04c1624 keeps Triton's files of
+# hlcore's kernels in <HL_KERNEL_CACHE_DIR>/triton for workers and engine alike.
+#   FR   no bundle (helion from .hlwheels, our wheels in dist): lab/scripts/first_run_probe.py twice,
+#        each a fresh process and folder: with hlcore's Triton cache scope, then --no-scope (the
+#        behaviour before). What to read: per kernel, Triton compiles that hit its cache, C-compiler
+#        builds (launchers) and the first call's ms; with the scope every compile should be a hit,
+#        no C build, a few ms per call
+#   EFc  Qwen3-8B FP8_Dynamic, 36 layers, off then on (the defaults: capture mode, auto precompile),
+#        cold, 1 repeat at concurrency 1 and 8, no TTFT: the on engine's capture line ("first runs"
+#        against 5.6 s on 2026-12-04) and `init engine` of both
+#   other phases: as in 2026-12-15.sh (EG0/EG1/EG2, FC, and through it 2026-12-14.sh's)
+# Usage there (FR without the bundle; EFc after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-16.sh FR|EFc|<a phase of 2026-12-15.sh>
+# Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends.
+set -u
+phase=$1
+here=$(dirname "$0")
+if [ "$phase" = FR ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
+    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+    mkdir -p "${OUT:-/tmp}/FR"
+    for mode in scope no-scope; do
+        flag=""
+        [ $mode = no-scope ] && flag=--no-scope
+        HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 200 python3 \
+            lab/scripts/first_run_probe.py --dir /tmp/frp-$mode $flag 2>&1 | tee "${OUT:-/tmp}/FR/$mode.log" | tail -15
+    done
+    exit 0
+fi
+case $phase in EFc) ;; *) exec bash "$here/2026-12-15.sh" "$phase" ;; esac
+source "$here/phase-lib.sh"
+phase_begin
+unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES  # the defaults
+case $phase in
+EFc) e2e e2e-8b-fp8-cold qwen3-8b fp8_dynamic 1 --plugins off,on --repeats 1 --concurrency 1,8 --timeout 240 ;;
+esac
+grep -rhoE "Helion kernels at CUDA-graph capture.*|init engine.*" "$O" --include='*.log' | cut -c1-480
+phase_end
