@@ -10,16 +10,31 @@
 #        behaviour before). What to read: per kernel, Triton compiles that hit its cache, C-compiler
 #        builds (launchers) and the first call's ms; with the scope every compile should be a hit,
 #        no C build, a few ms per call
+#   OL   no bundle, as FR: issue 22's one-launch producer + GEMM (lab/scripts/one_launch_bench.py:
+#        per-token fp8 quantization, hl.barrier(), the GEMM, one persistent cooperative launch) against
+#        hlcore's two launches (shipped config; same tiles with split_k 1), Qwen3-8B's FP8_Dynamic
+#        shapes at M 1 / 8 / 32, CUDA graphs, weights rotated past L2; then again with block_n 128
 #   EFc  Qwen3-8B FP8_Dynamic, 36 layers, off then on (the defaults: capture mode, auto precompile),
 #        cold, 1 repeat at concurrency 1 and 8, no TTFT: the on engine's capture line ("first runs"
 #        against 5.6 s on 2026-12-04) and `init engine` of both
 #   other phases: as in 2026-12-15.sh (EG0/EG1/EG2, FC, and through it 2026-12-14.sh's)
-# Usage there (FR without the bundle; EFc after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-16.sh FR|EFc|<a phase of 2026-12-15.sh>
+# Usage there (FR, OL without the bundle; EFc after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-16.sh FR|OL|EFc|<a phase of 2026-12-15.sh>
+# Order: FR and OL in one call without the bundle (carry dist, .hlwheels), then the bundle and EFc.
 # Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends.
 set -u
 phase=$1
 here=$(dirname "$0")
+if [ "$phase" = OL ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
+    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+    mkdir -p "${OUT:-/tmp}/OL"
+    for bn in 64 128; do
+        HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 250 python3 \
+            lab/scripts/one_launch_bench.py --block-n $bn 2>&1 | tee "${OUT:-/tmp}/OL/bn$bn.log" | tail -14
+    done
+    exit 0
+fi
 if [ "$phase" = FR ]; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
     rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
