@@ -87,38 +87,23 @@ def main() -> None:
         events.append({"what": "compile", "hit": cache_hit, "name": getattr(src, "name", "?")})
 
     knobs.compilation.listener = listener
-    real_build = build._build
 
-    def timed_build(*args, **kwargs):
-        s = time.perf_counter()
-        try:
-            return real_build(*args, **kwargs)
-        finally:
-            events.append({"what": "cc", "s": time.perf_counter() - s})
+    def timed(what, real):
+        def wrapper(*args, **kwargs):
+            s = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                events.append({"what": what, "s": time.perf_counter() - s})
 
-    build._build = timed_build
+        return wrapper
+
+    build._build = timed("cc", build._build)  # Triton's launcher stubs, compiled by the C compiler
     from triton.runtime import driver
 
     drv = driver.active
-    real_launcher = drv.launcher_cls
-    real_load = drv.utils.load_binary
-
-    def timed_launcher(*args, **kwargs):
-        s = time.perf_counter()
-        try:
-            return real_launcher(*args, **kwargs)
-        finally:
-            events.append({"what": "launcher", "s": time.perf_counter() - s})
-
-    def timed_load(*args, **kwargs):
-        s = time.perf_counter()
-        try:
-            return real_load(*args, **kwargs)
-        finally:
-            events.append({"what": "load_binary", "s": time.perf_counter() - s})
-
-    drv.launcher_cls = timed_launcher
-    drv.utils.load_binary = timed_load
+    drv.launcher_cls = timed("launcher", drv.launcher_cls)
+    drv.utils.load_binary = timed("load_binary", drv.utils.load_binary)
 
     rows = []
     for (layer, m), d in inputs.items():
