@@ -11,9 +11,10 @@
 #        builds (launchers) and the first call's ms; with the scope every compile should be a hit,
 #        no C build, a few ms per call
 #   OL   no bundle, as FR: issue 22's one-launch producer + GEMM (lab/scripts/one_launch_bench.py:
-#        per-token fp8 quantization, hl.barrier(), the GEMM, one persistent cooperative launch) against
-#        hlcore's two launches (shipped config; same tiles with split_k 1), Qwen3-8B's FP8_Dynamic
-#        shapes at M 1 / 8 / 32, CUDA graphs, weights rotated past L2; then again with block_n 128
+#        the producer (per-token fp8 quantization; fused add + RMSNorm + quantization), hl.barrier(),
+#        the GEMM, one persistent cooperative launch) against hlcore's two launches (shipped config;
+#        same tiles with split_k 1), Qwen3-8B's FP8_Dynamic shapes at M 1 / 8 / 32, CUDA graphs,
+#        weights rotated past L2; then the norm layers with block_n 128 at M 1 / 8
 #   EFc  Qwen3-8B FP8_Dynamic, 36 layers, off then on (the defaults: capture mode, auto precompile),
 #        cold, 1 repeat at concurrency 1 and 8, no TTFT: the on engine's capture line ("first runs"
 #        against 5.6 s on 2026-12-04) and `init engine` of both
@@ -29,10 +30,10 @@ if [ "$phase" = OL ]; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
     rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
     mkdir -p "${OUT:-/tmp}/OL"
-    for bn in 64 128; do
-        HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 250 python3 \
-            lab/scripts/one_launch_bench.py --block-n $bn 2>&1 | tee "${OUT:-/tmp}/OL/bn$bn.log" | tail -14
-    done
+    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 300 python3 \
+        lab/scripts/one_launch_bench.py --block-n 64 2>&1 | tee "${OUT:-/tmp}/OL/bn64.log" | tail -20
+    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 150 python3 \
+        lab/scripts/one_launch_bench.py --block-n 128 --ms 1,8 --producers norm 2>&1 | tee "${OUT:-/tmp}/OL/bn128.log" | tail -6
     exit 0
 fi
 if [ "$phase" = FR ]; then
