@@ -12,9 +12,11 @@
 #        no C build, a few ms per call
 #   OL   no bundle, as FR: issue 22's one-launch producer + GEMM (lab/scripts/one_launch_bench.py:
 #        the producer (per-token fp8 quantization; fused add + RMSNorm + quantization), hl.barrier(),
-#        the GEMM, one persistent cooperative launch) against hlcore's two launches (shipped config;
-#        same tiles with split_k 1), Qwen3-8B's FP8_Dynamic shapes at M 1 / 8 / 32, CUDA graphs,
-#        weights rotated past L2; then the norm layers with block_n 128 at M 1 / 8
+#        the GEMM with split_k 1 and 4 (the split-K output zeroed in phase 1: no fill launch), each
+#        also with a persistent barrier semaphore, one persistent cooperative launch) against
+#        hlcore's two launches (shipped config; same tiles with split_k 1), Qwen3-8B's FP8_Dynamic
+#        shapes at M 1 / 8, CUDA graphs, weights rotated past L2; then the norm layers with
+#        block_n 128
 #   EFc  Qwen3-8B FP8_Dynamic, 36 layers, off then on (the defaults: capture mode, auto precompile),
 #        cold, 1 repeat at concurrency 1 and 8, no TTFT: the on engine's capture line ("first runs"
 #        against 5.6 s on 2026-12-04) and `init engine` of both
