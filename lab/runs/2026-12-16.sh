@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The GPU runs planned after 2026-12-04's fourth session, which found the cold engine's "first
 # runs" of kernels loaded from hlcore's cache (0.17-0.5 s each, 4.0 s for Llama-3.1-8B's 24
-# Block_FP8 kernels, 5.6 s for 25 FP8_Dynamic ones; ~2 ms each warm) and traced them to Triton's
-# cache directory: vLLM moves TRITON_CACHE_DIR to its own folder after hlcore's precompile workers
-# were spawned, so the engine found none of their Triton files. 04c1624 keeps Triton's files of
-# hlcore's kernels in <HL_KERNEL_CACHE_DIR>/triton for workers and engine alike.
-#   FR   no bundle (helion from .hlwheels, our wheels in dist): lab/scripts/first_run_probe.py twice,
-#        each a fresh process and folder: with hlcore's Triton cache scope, then --no-scope (the
-#        behaviour before). What to read: per kernel, Triton compiles that hit its cache, C-compiler
-#        builds (launchers) and the first call's ms; with the scope every compile should be a hit,
-#        no C build, a few ms per call
+# Block_FP8 kernels, 5.6 s for 25 FP8_Dynamic ones; ~2 ms each warm). Two causes read in the
+# sources, both arising after hlcore's precompile workers were spawned: Inductor's first compile
+# switches Triton to torch's ptxas (Triton's cache key holds the ptxas version: every worker
+# kernel missed), and with TRITON_CACHE_DIR unset (the users' default) points it at its own folder.
+# Fixed on the CPU: hlvllm.plugin applies Inductor's ptxas rule before anything compiles
+# (hlcore.kernel_cache.use_inductors_ptxas), and Triton's files of hlcore's kernels live in
+# <HL_KERNEL_CACHE_DIR>/triton for workers and engine alike (triton_cache_scope).
+#   FR   no bundle (helion from .hlwheels, our wheels in dist): lab/scripts/first_run_probe.py three
+#        times, each a fresh process and folder: both fixes, --late-ptxas (without the first),
+#        --late-ptxas --no-scope (the behaviour before). What to read: per kernel, Triton compiles
+#        that hit its cache, C-compiler builds (launchers) and the first call's ms; with both fixes
+#        every compile should be a hit, no C build, a few ms per call
 #   OL   no bundle, as FR: issue 22's one-launch producer + GEMM (lab/scripts/one_launch_bench.py:
 #        the producer (per-token fp8 quantization; fused add + RMSNorm + quantization), hl.barrier(),
 #        the GEMM with split_k 1 and 4 (the split-K output zeroed in phase 1: no fill launch), each
@@ -42,11 +45,10 @@ if [ "$phase" = FR ]; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
     rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
     mkdir -p "${OUT:-/tmp}/FR"
-    for mode in scope no-scope; do
-        flag=""
-        [ $mode = no-scope ] && flag=--no-scope
-        HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 200 python3 \
-            lab/scripts/first_run_probe.py --dir /tmp/frp-$mode $flag 2>&1 | tee "${OUT:-/tmp}/FR/$mode.log" | tail -15
+    for mode in fixed late-ptxas before; do
+        case $mode in fixed) flags="" ;; late-ptxas) flags="--late-ptxas" ;; before) flags="--late-ptxas --no-scope" ;; esac
+        HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 150 python3 \
+            lab/scripts/first_run_probe.py --dir /tmp/frp-$mode $flags 2>&1 | tee "${OUT:-/tmp}/FR/$mode.log" | tail -15
     done
     exit 0
 fi

@@ -3,21 +3,25 @@
 In an engine whose Helion kernels were compiled by hlcore.kernel_pool's worker processes, the
 first call of each kernel loaded from the cache took 0.17-0.5 s (2026-12-04, fourth session:
 4.0 s for 24 Block_FP8 kernels, 5.6 s for 25 FP8_Dynamic ones), against ~2 ms each when the same
-engine restarts on its own caches. This probe repeats that outside vLLM: the Helion GEMM calls of
-Qwen3-8B's FP8_Dynamic shapes at M 1 / 8 / 32 recorded (hlcore.kernel_pool.recording), compiled by
-a Pool of worker processes into fresh ``HL_KERNEL_CACHE_DIR`` and ``TRITON_CACHE_DIR``; then
-``TRITON_CACHE_DIR`` is pointed at a new folder, as vLLM does once its compilation starts, and every
-kernel is called once here with Triton instrumented (``--no-scope``: without
-``hlcore.kernel_cache.triton_cache_scope``, the behaviour before it, to compare in a second
-process):
+engine restarts on its own caches. Two causes read in the sources, both after the workers were
+spawned and before the engine's first runs: Inductor's first compile switches Triton to torch's
+ptxas (``TRITON_PTXAS_PATH``; Triton's cache key holds the ptxas version), and, when
+``TRITON_CACHE_DIR`` is unset, points ``TRITON_CACHE_DIR`` at its own folder. This probe repeats
+that outside vLLM: the Helion GEMM calls of Qwen3-8B's FP8_Dynamic shapes at M 1 / 8 / 32 recorded
+(hlcore.kernel_pool.recording) and compiled by a Pool of worker processes into a fresh
+``HL_KERNEL_CACHE_DIR`` with ``TRITON_CACHE_DIR`` unset; then, as Inductor would, torch's ptxas
+and a new ``TRITON_CACHE_DIR``; then every kernel called once here with Triton instrumented:
 
-* ``triton.compiler.compile`` through ``knobs.compilation.listener``: cache hit or not, seconds;
+* ``triton.compiler.compile`` through ``knobs.compilation.listener``: cache hit or not;
 * ``triton.runtime.build._build``: C-compiler builds (Triton's launcher stubs) and their seconds;
 * the launcher's construction and ``load_binary``, each timed.
 
-Then every kernel is called a second time (the steady cost). Usage (GPU machine, helion importable):
-``python3 lab/scripts/first_run_probe.py --dir /tmp/frp [--processes 4] [--no-scope]``; prints one
-table and one JSON line.
+Then every kernel is called a second time (the steady cost). By default with hlcore's two fixes
+(``hlcore.kernel_cache.use_inductors_ptxas`` before the pool, as ``hlvllm.plugin`` calls it, and
+``triton_cache_scope`` at every first call); ``--late-ptxas``: without the first, ``--no-scope``:
+without the second (each run a fresh process and folder). Usage (GPU machine, helion importable):
+``python3 lab/scripts/first_run_probe.py --dir /tmp/frp [--processes 4] [--late-ptxas] [--no-scope]``;
+prints one table and one JSON line.
 """
 
 from __future__ import annotations
@@ -38,10 +42,14 @@ def main() -> None:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--no-scope", action="store_true", help="first runs without hlcore's Triton cache scope")
+    p.add_argument(
+        "--late-ptxas", action="store_true", help="torch's ptxas only after the pool (no early call)"
+    )
     a = p.parse_args()
     shutil.rmtree(a.dir, ignore_errors=True)
     os.environ["HL_KERNEL_CACHE_DIR"] = str(a.dir / "hl")
-    os.environ["TRITON_CACHE_DIR"] = str(a.dir / "triton")
+    os.environ.pop("TRITON_CACHE_DIR", None)
+    os.environ.pop("TRITON_PTXAS_PATH", None)
 
     import torch
     import triton
@@ -60,6 +68,10 @@ def main() -> None:
     def call(d):
         return scaled_mm(d["a"], d["b"], d["scale_a"], d["scale_b"], torch.bfloat16)
 
+    from hlcore import kernel_cache
+
+    if not a.late_ptxas:
+        kernel_cache.use_inductors_ptxas()  # what hlvllm.plugin.register does, before the pool
     with kernel_pool.recording() as jobs:
         for d in inputs.values():
             call(d)
@@ -70,13 +82,14 @@ def main() -> None:
         f"pool: {len(jobs)} jobs in {a.processes} processes, {pool_s:.1f} s: {report.get('errors')}",
         flush=True,
     )
-    # what vLLM does once its compilation starts (InductorAdaptor.initialize_cache): Triton's
-    # directory moved to a folder of its own, after the workers were spawned
-    os.environ["TRITON_CACHE_DIR"] = str(a.dir / "engine-triton")
+    # what Inductor does at vLLM's first compile, after the workers were spawned: torch's ptxas
+    # (compile_tasks._set_triton_ptxas_path) and, TRITON_CACHE_DIR being unset, its own folder
+    from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+
+    _set_triton_ptxas_path()
+    os.environ["TRITON_CACHE_DIR"] = str(a.dir / "inductor-triton")
     if a.no_scope:  # the behaviour before hlcore kept Triton's files of its kernels in <dir>/triton
         import contextlib
-
-        from hlcore import kernel_cache
 
         kernel_cache.triton_cache_scope = lambda cache_dir: contextlib.nullcontext()
     triton_files_before = sum(1 for _ in a.dir.rglob("*"))
@@ -133,7 +146,6 @@ def main() -> None:
             }
         )
     triton_files_after = sum(1 for _ in a.dir.rglob("*"))
-    from hlcore import kernel_cache
 
     print(
         f"{'layer':8} {'M':>3} {'first ms':>9} {'2nd ms':>7} {'compiles':>8} {'hits':>4} {'cc':>3} {'cc ms':>7} {'launcher ms':>11} {'load ms':>7}"
@@ -152,6 +164,8 @@ def main() -> None:
                 "pool_s": round(pool_s, 1),
                 "jobs": len(jobs),
                 "no_scope": a.no_scope,
+                "late_ptxas": a.late_ptxas,
+                "ptxas": os.environ.get("TRITON_PTXAS_PATH"),
                 "files_under_dir": [triton_files_before, triton_files_after],
                 "kernel_cache": kernel_cache.stats(),
                 "load_seconds": kernel_cache.load_seconds(),

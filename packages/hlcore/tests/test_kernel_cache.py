@@ -341,6 +341,44 @@ def test_a_disk_hits_first_run_finds_tritons_files_where_the_workers_wrote_them(
     assert knobs.cache.dir == engine_triton_dir
 
 
+def test_triton_cache_scope_leaves_triton_alone_where_it_cannot_write(
+    tmp_path, engine_triton_dir, monkeypatch
+):
+    """A folder that cannot be made (a file in the way) or written: no override, the call runs on
+    Triton's own directory, and an error in the body leaves nothing behind either."""
+    from triton import knobs
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with kc.triton_cache_scope(blocker):
+        assert knobs.cache.dir == engine_triton_dir and "dir" not in knobs.cache.__dict__
+    with monkeypatch.context() as patch:
+        patch.setattr(kc.os, "access", lambda path, mode: False)  # e.g. read-only, not ours
+        with kc.triton_cache_scope(tmp_path / "ro"):
+            assert knobs.cache.dir == engine_triton_dir
+    with pytest.raises(RuntimeError), kc.triton_cache_scope(tmp_path / "ok"):
+        assert knobs.cache.dir == str(tmp_path / "ok" / "triton")
+        raise RuntimeError("the kernel failed")
+    assert "dir" not in knobs.cache.__dict__ and kc._triton_scope["depth"] == 0
+
+
+def test_use_inductors_ptxas_applies_inductors_rule_and_survives_without_it(monkeypatch):
+    """Inductor's own rule sets TRITON_PTXAS_PATH (here a fake of it); without that private
+    function (another torch) nothing changes and nothing raises."""
+    from torch._inductor.runtime import compile_tasks
+
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    monkeypatch.setattr(
+        compile_tasks,
+        "_set_triton_ptxas_path",
+        lambda: os.environ.setdefault("TRITON_PTXAS_PATH", "/torch/bin/ptxas"),
+    )
+    assert kc.use_inductors_ptxas() == "/torch/bin/ptxas" == os.environ["TRITON_PTXAS_PATH"]
+    monkeypatch.delenv("TRITON_PTXAS_PATH")
+    monkeypatch.delattr(compile_tasks, "_set_triton_ptxas_path")
+    assert kc.use_inductors_ptxas() is None and "TRITON_PTXAS_PATH" not in os.environ
+
+
 def test_triton_cache_scope_nests_across_threads_and_restores_an_earlier_override(tmp_path, monkeypatch):
     """Blocks entered while one is open keep the first block's directory (another thread's too); the
     last one to leave restores what was there before, here an explicit override."""
@@ -407,8 +445,9 @@ CHILD = textwrap.dedent(
 
 def _child(mode, directory, out_path, triton_cache, script=CHILD):
     env = {**os.environ, kc.ENV_VAR: str(directory), "TRITON_CACHE_DIR": str(triton_cache)}
-    if mode == "plain":  # today's warm restart: Triton's cache warm, no kernel cache
-        del env[kc.ENV_VAR]
+    if mode == "plain":  # a warm restart without the kernel cache: Triton's cache warm (where the
+        del env[kc.ENV_VAR]  # kernel-cache processes compiled: <dir>/triton)
+        env["TRITON_CACHE_DIR"] = str(directory / kc.TRITON_SUBDIR)
     if not GPU:
         env["TRITON_INTERPRET"] = "1"
         env.pop("HELION_INTERPRET", None)
@@ -434,6 +473,11 @@ def _fresh_process_check(tmp_path, capsys):
     cold_wall = time.perf_counter() - start
     assert cold["stats"]["misses"] == 2 and cold["stats"]["writes"] == 2
     assert len(_entries(directory)) == 2
+    if GPU:  # Triton compiled the kernels and built their launchers into <dir>/triton, not TRITON_CACHE_DIR
+        names = [p.name for p in (directory / kc.TRITON_SUBDIR).rglob("*")]
+        assert any(n.endswith(".cubin") for n in names) and any(
+            n.startswith("__triton_launcher") for n in names
+        )
 
     start = time.perf_counter()
     warm = _child("warm", directory, tmp_path / "warm.pt", triton_cache)

@@ -18,7 +18,7 @@ def hl_env(monkeypatch, tmp_path_factory):
     state after. ``HL_AUX_KERNELS`` and ``HL_AUX_FUSION`` start unset (the defaults: no aux kernels);
     a test that needs the aux layers sets ``HL_AUX_KERNELS=all``. ``HL_DISPATCH_AT`` starts unset (the
     default), ``HL_PRECOMPILE_PROCESSES`` at 0. ``HL_KERNEL_CACHE_DIR`` starts unset
-    with ``VLLM_CACHE_ROOT`` a temporary directory."""
+    with ``VLLM_CACHE_ROOT`` a temporary directory; ``TRITON_PTXAS_PATH`` unset, restored after."""
     from vllm import envs
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.kernels import linear as vllm_linear
@@ -47,6 +47,9 @@ def hl_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("HL_KERNEL_CACHE_DIR", "")
     monkeypatch.delenv("HL_KERNEL_CACHE_DIR")
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path_factory.mktemp("vllm-cache")))
+    # register() may set TRITON_PTXAS_PATH (Inductor's ptxas, with the kernel cache on): restored after
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "")
+    monkeypatch.delenv("TRITON_PTXAS_PATH")
     monkeypatch.setattr(plugin, "_registered", False)
     get_settings.cache_clear()
     dispatch.reset()

@@ -141,6 +141,25 @@ def test_register_turns_the_kernel_cache_on_under_vllms_cache_root(hl_env):
     assert str(cache_dir_from_env()) == os.environ["HL_KERNEL_CACHE_DIR"]
 
 
+def test_register_points_triton_at_inductors_ptxas_when_the_kernel_cache_is_on(hl_env):
+    """Before anything compiles (the precompile workers inherit it); not with the cache off."""
+    import hlcore.kernel_cache as kc
+    from hlvllm.plugin import register
+
+    calls = []
+    hl_env.setattr(kc, "use_inductors_ptxas", lambda: calls.append("cache on"))
+    register()
+    assert calls == ["cache on"]
+
+    import hlvllm.plugin as plugin
+
+    hl_env.setattr(plugin, "_registered", False)
+    hl_env.setenv("HL_KERNEL_CACHE_DIR", "")  # the user turned the kernel cache off
+    calls.clear()
+    register()
+    assert calls == []
+
+
 def test_register_leaves_the_kernel_cache_alone_when_disabled(hl_env):
     import os
 

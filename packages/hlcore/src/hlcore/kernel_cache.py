@@ -37,10 +37,10 @@ Triton's own cache: every first call (a disk hit's first run, and Helion's call 
 what :mod:`hlcore.kernel_pool`'s workers make) runs with Triton's cache directory at
 ``<dir>/triton`` (:func:`triton_cache_scope`; Triton's ``knobs.cache.dir``, the environment left
 as it is), so the compiled kernels and launchers the workers wrote are the ones the process finds.
-Without it a process would look where ``TRITON_CACHE_DIR`` points at its first run, and vLLM
-points that at its own per-config folder once its compilation starts, after the workers were
-spawned: every kernel the workers had compiled was compiled again there (0.17-0.5 s each).
-Triton's cache is content-addressed, so where it lives changes what is compiled, never a result.
+Without it a process looks where ``TRITON_CACHE_DIR`` points at its first run; when that is unset,
+Inductor sets it to its own folder at vLLM's first compile, after the workers were spawned (which
+use Helion's). The key must match too: :func:`use_inductors_ptxas`. Triton's cache is
+content-addressed, so where it lives changes what is compiled, never a result.
 
 Why exact metadata and not only Helion's specialization key: Helion's in-process key is completed
 by extractors it discovers while binding (``hl.specialize``'d sizes, guards on size-1 dims,
@@ -135,36 +135,64 @@ def triton_cache_scope(cache_dir: Path) -> Iterator[None]:
     Sets Triton's ``knobs.cache.dir`` override (not ``TRITON_CACHE_DIR``: the environment, which
     vLLM and Inductor set for their own kernels, is left as it is) and restores the previous
     override when the outermost block of the process ends; blocks entered meanwhile, on this or
-    another thread, keep the first block's directory. A Triton without ``triton.knobs`` (< 3.4):
-    nothing changes; nor when the directory cannot be made (Triton would fail to write there).
-    Triton's cache is content-addressed: the directory decides only whether a compiled kernel or
-    launcher is found, never what a kernel computes."""
+    another thread, keep the first block's directory. While a block is open, every Triton compile
+    of the process, on any thread, uses that directory. A Triton without ``triton.knobs`` (< 3.4):
+    nothing changes; nor when the directory cannot be made or written (Triton would fail there;
+    its own directory keeps working). Triton's cache is content-addressed: the directory decides
+    only whether a compiled kernel or launcher is found, never what a kernel computes."""
     knobs = _triton_knobs()
     directory = Path(cache_dir) / TRITON_SUBDIR
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError(f"{directory} is not writable")
     except OSError as e:  # Triton would fail to write there: leave its directory as it is
         log.debug("hlcore kernel cache: Triton's cache stays where it is (%s: %r)", directory, e)
         knobs = None
     if knobs is None:
         yield
         return
-    with _TRITON_SCOPE_LOCK:
-        if _triton_scope["depth"] == 0:
-            _triton_scope["saved"] = knobs.cache.__dict__.get("dir", _UNSET)
-            knobs.cache.__dict__["dir"] = str(directory)  # the descriptor's override, no setenv
-        _triton_scope["depth"] += 1
+    entered = False
     try:
+        with _TRITON_SCOPE_LOCK:
+            if _triton_scope["depth"] == 0:
+                _triton_scope["saved"] = knobs.cache.__dict__.get("dir", _UNSET)
+                knobs.cache.__dict__["dir"] = str(directory)  # the descriptor's override, no setenv
+            _triton_scope["depth"] += 1
+            entered = True
         yield
     finally:
-        with _TRITON_SCOPE_LOCK:
-            _triton_scope["depth"] -= 1
-            if _triton_scope["depth"] == 0:
-                saved = _triton_scope["saved"]
-                if saved is _UNSET:
-                    knobs.cache.__dict__.pop("dir", None)
-                else:
-                    knobs.cache.__dict__["dir"] = saved
+        if entered:
+            with _TRITON_SCOPE_LOCK:
+                _triton_scope["depth"] -= 1
+                if _triton_scope["depth"] == 0:
+                    saved = _triton_scope["saved"]
+                    if saved is _UNSET:
+                        knobs.cache.__dict__.pop("dir", None)
+                    else:
+                        knobs.cache.__dict__["dir"] = saved
+
+
+def use_inductors_ptxas() -> str | None:
+    """Point Triton at the ptxas Inductor will pick, now: ``TRITON_PTXAS_PATH`` set to torch's
+    bundled ``ptxas`` when it is unset (``torch._inductor.runtime.compile_tasks._set_triton_ptxas_path``,
+    Inductor's own rule, which it applies before its first Triton compile in a process).
+
+    Triton's cache key of a compiled kernel holds the ptxas version (the CUDA backend's ``hash()``),
+    and each process fixes that version at its first Triton compile. A vLLM engine switches to
+    torch's ptxas (CUDA 13.0 in torch 2.11+cu130; Triton 3.6 bundles 12.8) when its torch.compile
+    starts, after :mod:`hlcore.kernel_pool`'s workers were spawned, so without this the workers
+    compiled every kernel under keys the engine never asks for. Called by ``hlvllm.plugin``
+    before anything compiles; the workers inherit the variable. Returns ``TRITON_PTXAS_PATH``
+    after the call (None: unset, e.g. a torch without a bundled ptxas, or the private function
+    gone, which is logged at debug level and changes nothing)."""
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+
+        _set_triton_ptxas_path()
+    except Exception as e:  # noqa: BLE001 - a torch without it: Triton keeps its own choice
+        log.debug("hlcore kernel cache: Inductor's ptxas rule unavailable (%r)", e)
+    return os.environ.get("TRITON_PTXAS_PATH")
 
 
 def _triton_knobs() -> Any:

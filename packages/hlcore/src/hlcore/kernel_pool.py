@@ -25,7 +25,10 @@ that fails or times out only costs the compile time it was meant to save; its er
 report. Workers inherit the environment (``HL_KERNEL_CACHE_DIR``, ``CUDA_VISIBLE_DEVICES``,
 ``HELION_*``), which is part of the cache key; Triton compiles their kernels and launchers into
 ``<HL_KERNEL_CACHE_DIR>/triton`` (:func:`hlcore.kernel_cache.triton_cache_scope`), where the
-process's own first runs look, whatever ``TRITON_CACHE_DIR`` says by then.
+process's own first runs look, whatever ``TRITON_CACHE_DIR`` says by then. Triton's key holds the
+ptxas version: a process that will switch ptxas later (Inductor's rule, in any torch.compile'd
+process) makes that switch before starting a pool (:func:`hlcore.kernel_cache.use_inductors_ptxas`,
+as ``hlvllm.plugin`` does), or the workers' kernels miss there.
 """
 
 from __future__ import annotations

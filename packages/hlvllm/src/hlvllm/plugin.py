@@ -45,7 +45,9 @@ def register() -> None:
     ``SiluAndMul`` and ``QuantFP8`` (those named in ``HL_AUX_KERNELS``; default none, all with ``HL_AUX_FUSION=1``) by hlvllm's
     subclasses (:mod:`hlvllm.aux_layers`), and add those settings to vLLM's torch.compile cache key
     (:mod:`hlvllm.compile_cache`), and turn hlcore's kernel cache on under vLLM's cache root unless
-    ``HL_KERNEL_CACHE_DIR`` says otherwise (:func:`default_kernel_cache`). Safe to call any number of times."""
+    ``HL_KERNEL_CACHE_DIR`` says otherwise (:func:`default_kernel_cache`), with Triton pointed at
+    the ptxas Inductor will use (:func:`hlcore.kernel_cache.use_inductors_ptxas`). Safe to call any
+    number of times."""
     global _registered
     if _registered:
         return
@@ -87,6 +89,12 @@ def register() -> None:
         if kernel not in kernels:
             kernels.insert(0, kernel)
     kernel_cache = default_kernel_cache()
+    if kernel_cache:
+        from hlcore.kernel_cache import use_inductors_ptxas
+
+        # before anything compiles: the precompile workers inherit it, and their Triton keys then
+        # match this process's after torch.compile switched to Inductor's ptxas
+        use_inductors_ptxas()
     from hlvllm.aux_layers import register_aux_layers
 
     replaced = register_aux_layers(settings.aux_kernels)
