@@ -57,19 +57,35 @@ SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "dow
 FP8_MAX = 448.0
 
 
-def quant_gemm_body(x, w, scale_b, xq, scale_a, split_k: int):
-    """out[M, N] = (q(x) @ w) * scale_a[:, None] * scale_b[None, :] in bf16, q per token (e4m3,
-    vLLM's dynamic per-token scale: hlcore.quant_kernels.fp8_rows); x [M, K] bf16, w [K, N] e4m3
-    (column-major, vLLM's), scale_b [N] fp32; xq [M, K] e4m3 and scale_a [M] fp32 are workspaces
-    this call writes. ``split_k`` > 1: K in that many chunks added into out with bf16 atomics (as
-    hlcore.scaled_mm), out zeroed by phase 1 (no fill launch)."""
+def producer_gemm_body(
+    x, residual, norm_w, w, scale_b, xq, scale_a, new_residual, eps: float, split_k: int, with_norm: int
+):
+    """One launch: phase 1 the producer, a grid barrier, phase 2 the GEMM on phase 1's bytes.
+
+    Producer: ``with_norm`` 0: q = per-token e4m3 of x (vLLM's dynamic per-token scale,
+    hlcore.quant_kernels.fp8_rows), the o / down layers'; 1: residual' = x + residual (written to
+    new_residual), y = RMSNorm(residual') * norm_w with vLLM's roundings (hlcore.norm's helpers),
+    q = per-token e4m3 of y, the qkv / gate_up layers'. GEMM: out[M, N] = (q @ w) * scale_a[:, None]
+    * scale_b[None, :] in bf16. x, residual [M, K] bf16; norm_w [K] bf16; w [K, N] e4m3
+    (column-major, vLLM's); scale_b [N] fp32; xq [M, K] e4m3, scale_a [M] fp32 and new_residual are
+    workspaces this call writes (residual and norm_w are read only with the norm). ``split_k`` > 1:
+    K in that many chunks added into out with bf16 atomics (as hlcore.scaled_mm), out zeroed by
+    phase 1 (no fill launch)."""
     m, k = x.size()
     n = w.size(1)
     split_k = hl.specialize(split_k)
+    with_norm = hl.specialize(with_norm)
     k_chunk = helion.next_power_of_2(helion.cdiv(k, split_k))
     out = torch.empty([m, n], dtype=torch.bfloat16, device=x.device)
     for tile_m in hl.tile(m, block_size=1):  # phase 1: one row per program
         row = x[tile_m, :].to(torch.float32)
+        if with_norm:
+            total = row + residual[tile_m, :].to(torch.float32)
+            new_residual[tile_m, :] = total.to(new_residual.dtype)
+            nw = norm_w[None, :].to(torch.float32)
+            row = (
+                rms_weighted_rows(rms_normed_rows(total, eps), nw, norm_w.dtype).to(x.dtype).to(torch.float32)
+            )
         q_rows, row_scale = fp8_rows(row, torch.amax(torch.abs(row), dim=-1))
         xq[tile_m, :] = q_rows
         scale_a[tile_m] = row_scale
@@ -89,46 +105,8 @@ def quant_gemm_body(x, w, scale_b, xq, scale_a, split_k: int):
     return out
 
 
-def norm_quant_gemm_body(
-    x, residual, norm_w, w, scale_b, xq, scale_a, new_residual, eps: float, split_k: int
-):
-    """The qkv / gate_up layer: residual' = x + residual, y = RMSNorm(residual') * norm_w (vLLM's
-    roundings, hlcore.norm's helpers), q = per-token e4m3 of y, out = GEMM as quant_gemm_body;
-    new_residual [M, K], xq and scale_a are written by phase 1."""
-    m, k = x.size()
-    n = w.size(1)
-    split_k = hl.specialize(split_k)
-    k_chunk = helion.next_power_of_2(helion.cdiv(k, split_k))
-    out = torch.empty([m, n], dtype=torch.bfloat16, device=x.device)
-    for tile_m in hl.tile(m, block_size=1):
-        total = x[tile_m, :].to(torch.float32) + residual[tile_m, :].to(torch.float32)
-        new_residual[tile_m, :] = total.to(new_residual.dtype)
-        nw = norm_w[None, :].to(torch.float32)
-        y = rms_weighted_rows(rms_normed_rows(total, eps), nw, norm_w.dtype).to(x.dtype).to(torch.float32)
-        q_rows, row_scale = fp8_rows(y, torch.amax(torch.abs(y), dim=-1))
-        xq[tile_m, :] = q_rows
-        scale_a[tile_m] = row_scale
-        if split_k > 1:
-            for tile_z in hl.tile(n, block_size=1024):
-                out[tile_m, tile_z] = hl.zeros([tile_m, tile_z], dtype=torch.bfloat16)
-    hl.barrier()
-    # phase 2 as in quant_gemm_body (a Helion kernel's loops live in its own body)
-    for tile_m, tile_n, outer_k in hl.tile([m, n, k], block_size=[None, None, k_chunk]):
-        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
-        for tile_k in hl.tile(outer_k.begin, outer_k.end):
-            acc = acc + hl.dot(xq[tile_m, tile_k], w[tile_k, tile_n])
-        res = acc * scale_a[tile_m][:, None] * scale_b[tile_n][None, :]
-        if split_k == 1:
-            out[tile_m, tile_n] = res.to(torch.bfloat16)
-        else:
-            hl.atomic_add(out, [tile_m, tile_n], res.to(torch.bfloat16))
-    return out
-
-
-def make_kernel(
-    block_m: int, block_n: int, block_k: int, num_warps: int = 4, num_stages: int = 3, norm=False
-):
-    """The kernel (``norm``: the RMSNorm one) with one config: block_sizes = [phase-2 M, N, K]
+def make_kernel(block_m: int, block_n: int, block_k: int, num_warps: int = 4, num_stages: int = 3):
+    """The kernel (both producers: its with_norm argument) with one config: block_sizes = [phase-2 M, N, K]
     (phase 1's M is fixed at 1, its K the whole row, the zeroing tile 1024), persistent blocked
     programs (what hl.barrier requires)."""
     config = helion.Config(
@@ -137,7 +115,7 @@ def make_kernel(
         num_warps=num_warps,
         num_stages=num_stages,
     )
-    return helion.kernel(norm_quant_gemm_body if norm else quant_gemm_body, config=config, static_shapes=True)
+    return helion.kernel(producer_gemm_body, config=config, static_shapes=True)
 
 
 EPS = 1e-6
@@ -163,10 +141,9 @@ def inputs(m: int, n: int, k: int, device: str, seed: int = 0) -> dict:
 
 def one_args(producer: str, d: dict, w: torch.Tensor, split_k: int = 1) -> tuple:
     """The one-launch kernel's arguments for ``producer`` ("quant" or "norm") with weight ``w``."""
-    if producer == "norm":
-        names = ("x", "residual", "norm_w", "w", "scale_b", "xq", "scale_a", "new_residual")
-        return (*(w if name == "w" else d[name] for name in names), EPS, split_k)
-    return (d["x"], w, d["scale_b"], d["xq"], d["scale_a"], split_k)
+    names = ("x", "residual", "norm_w")
+    return (*(d[name] for name in names), w, d["scale_b"], d["xq"], d["scale_a"], d["new_residual"], EPS, split_k,
+            int(producer == "norm"))  # fmt: skip
 
 
 def two_launches(producer: str, d: dict, w: torch.Tensor, config=None) -> torch.Tensor:
@@ -201,7 +178,7 @@ def codegen(block_n: int, block_k: int) -> None:
     for producer in ("quant", "norm"):
         m, (n, k) = 8, SHAPES["o"]
         d = inputs(m, n, k, "cpu")
-        kernel = make_kernel(16, block_n, block_k, norm=producer == "norm")
+        kernel = make_kernel(16, block_n, block_k)
         bound = kernel.bind(one_args(producer, d, d["w"]))
         code = bound.to_triton_code(kernel.configs[0])
         barrier = "x_grid_barrier" in code and "launch_cooperative_grid=True" in code
@@ -255,7 +232,7 @@ def bench(ms: list[int], block_n: int, block_k: int, producers: list[str], split
                 }
                 checks = {}
                 for sk in split_ks:
-                    one = make_kernel(16, block_n, block_k, norm=producer == "norm")
+                    one = make_kernel(16, block_n, block_k)
                     out = one(*one_args(producer, d, d["w"], sk))
                     checks[f"err_sk{sk}"] = round(
                         ((out.float() - ref.float()).norm() / ref.float().norm()).item(), 5
