@@ -172,7 +172,7 @@ def _log_layout(fmt: str, pick) -> None:
     if fmt in _layout_logged:
         return
     _layout_logged.add(fmt)
-    mode = get_settings().dispatch_at
+    layout = block_scale_a()
     logger.info(
         "hlvllm: %s keys of %s were measured on %s scale_a; HL_DISPATCH_AT=%s hands Helion %s: the speed "
         "guard times the ones their marks do not settle at warm-up (mark them on this layout with "
@@ -181,10 +181,10 @@ def _log_layout(fmt: str, pick) -> None:
         fmt,
         pick.path,
         pick.block_scale_a,
-        mode,
-        block_scale_a(),
-        block_scale_a(),
-        block_scale_a(),
+        get_settings().dispatch_at,
+        layout,
+        layout,
+        layout,
     )
 
 
