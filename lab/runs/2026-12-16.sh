@@ -20,9 +20,13 @@
 #        hlcore's two launches (shipped config; same tiles with split_k 1), Qwen3-8B's FP8_Dynamic
 #        shapes at M 1 / 8, CUDA graphs, weights rotated past L2; then the norm layers with
 #        block_n 128
+#   OLd  no bundle: OL's quant producer at split_k 1 with --decompose (the GEMM phase alone: flat
+#        programs, persistent ones, persistent after a trivial barrier): where the one launch's time goes
 #   EFc  Qwen3-8B FP8_Dynamic, 36 layers, off then on (the defaults: capture mode, auto precompile),
 #        cold, 1 repeat at concurrency 1 and 8, no TTFT: the on engine's capture line ("first runs"
 #        against 5.6 s on 2026-12-04) and `init engine` of both
+#   EGc  as EFc on Llama-3.1-8B Block_FP8 (the speed guard times its keys), after EG0's DeepGEMM
+#        prewarm: the cold pair of issue 20's start-up target with both first-run fixes
 #   other phases: as in 2026-12-15.sh (EG0/EG1/EG2, FC, and through it 2026-12-14.sh's)
 # Usage there (FR, OL without the bundle; EFc after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-16.sh FR|OL|EFc|<a phase of 2026-12-15.sh>
@@ -41,6 +45,14 @@ if [ "$phase" = OL ]; then
         lab/scripts/one_launch_bench.py --block-n 128 --ms 1,8 --producers norm 2>&1 | tee "${OUT:-/tmp}/OL/bn128.log" | tail -6
     exit 0
 fi
+if [ "$phase" = OLd ]; then  # where the one launch's time goes: the GEMM phase flat, persistent, after a barrier
+    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
+    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+    mkdir -p "${OUT:-/tmp}/OLd"
+    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 200 python3 lab/scripts/one_launch_bench.py \
+        --block-n 64 --producers quant --split-ks 1 --decompose 2>&1 | tee "${OUT:-/tmp}/OLd/bn64.log" | tail -9
+    exit 0
+fi
 if [ "$phase" = FR ]; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
     rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
@@ -52,12 +64,18 @@ if [ "$phase" = FR ]; then
     done
     exit 0
 fi
-case $phase in EFc) ;; *) exec bash "$here/2026-12-15.sh" "$phase" ;; esac
+case $phase in EFc|EGc|EGr) ;; *) exec bash "$here/2026-12-15.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES  # the defaults
 case $phase in
 EFc) e2e e2e-8b-fp8-cold qwen3-8b fp8_dynamic 1 --plugins off,on --repeats 1 --concurrency 1,8 --timeout 240 ;;
+EGc) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit  # as EG0-EG2: DeepGEMM prewarmed
+    run deepgemm-prewarm 250 python3 lab/scripts/deepgemm_prewarm.py --model llama-3.1-8b
+    e2e e2e-llama-block-cold llama-3.1-8b block_fp8 1 --plugins off,on --repeats 1 --concurrency 1,8 --timeout 240
+    grep -rhoE "speed guard, block_fp8.*" "$O" --include='*.log' | cut -c1-300 ;;
+EGr) export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit  # EGc again on its machine, on first
+    e2e e2e-llama-block-cold2 llama-3.1-8b block_fp8 1 --plugins on,off --repeats 1 --concurrency 1 --timeout 240 ;;
 esac
 grep -rhoE "Helion kernels at CUDA-graph capture.*|init engine.*" "$O" --include='*.log' | cut -c1-480
 phase_end

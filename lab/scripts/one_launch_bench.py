@@ -35,7 +35,10 @@ Modes:
 
 Usage: ``python lab/scripts/one_launch_bench.py --codegen`` (CPU) /
 ``python lab/scripts/one_launch_bench.py [--ms 1,8] [--block-n 64] [--block-k 256]
-[--producers quant,norm] [--split-ks 1,4]`` (GPU).
+[--producers quant,norm] [--split-ks 1,4] [--decompose]`` (GPU). ``--decompose`` adds, for the quant
+producer, the GEMM phase alone on the two-launch bytes with the one-launch kernel's tiles: in flat
+programs, in persistent ones, and persistent after a trivial phase 1 and the barrier (with Helion's
+semaphore and with a persistent one): where the one launch's time goes.
 """
 
 from __future__ import annotations
@@ -103,6 +106,58 @@ def producer_gemm_body(
         else:
             hl.atomic_add(out, [tile_m, tile_n], res.to(torch.bfloat16))
     return out
+
+
+def gemm_body(xq, w, scale_a, scale_b):
+    """Phase 2 alone (``--decompose``): out[M, N] = (xq @ w) * scale_a[:, None] * scale_b[None, :]
+    in bf16, xq [M, K] e4m3, w [K, N] e4m3, scale_a [M], scale_b [N] fp32, the whole K per tile."""
+    m, k = xq.size()
+    n = w.size(1)
+    out = torch.empty([m, n], dtype=torch.bfloat16, device=xq.device)
+    for tile_m, tile_n in hl.tile([m, n]):
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        for tile_k in hl.tile(k):
+            acc = acc + hl.dot(xq[tile_m, tile_k], w[tile_k, tile_n])
+        out[tile_m, tile_n] = (acc * scale_a[tile_m][:, None] * scale_b[tile_n][None, :]).to(torch.bfloat16)
+    return out
+
+
+def barrier_gemm_body(xq, w, scale_a, scale_b, scale_a_copy):
+    """A trivial phase 1 (scale_a copied to scale_a_copy [M]), ``hl.barrier()``, then phase 2 as
+    gemm_body on the copy (``--decompose``: the barrier's and the cooperative launch's cost)."""
+    m, k = xq.size()
+    n = w.size(1)
+    out = torch.empty([m, n], dtype=torch.bfloat16, device=xq.device)
+    for tile_m in hl.tile(m, block_size=1):
+        scale_a_copy[tile_m] = scale_a[tile_m]
+    hl.barrier()
+    for tile_m, tile_n in hl.tile([m, n]):
+        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
+        for tile_k in hl.tile(k):
+            acc = acc + hl.dot(xq[tile_m, tile_k], w[tile_k, tile_n])
+        out[tile_m, tile_n] = (acc * scale_a_copy[tile_m][:, None] * scale_b[tile_n][None, :]).to(
+            torch.bfloat16
+        )
+    return out
+
+
+def make_decomposed(block_n: int, block_k: int) -> dict:
+    """``--decompose``'s kernels, phase 2's tiles as the one-launch kernel's (M 16): ``gemm_flat``
+    (one program per tile, as hlcore.scaled_mm at split_k 1), ``gemm_persistent`` (the same body in
+    persistent blocked programs) and ``barrier_gemm`` (persistent, a trivial phase 1 and the barrier)."""
+
+    def cfg(pid_type: str, sizes: list[int]) -> helion.Config:
+        return helion.Config(block_sizes=sizes, pid_type=pid_type, num_warps=4, num_stages=3)
+
+    return {
+        "gemm_flat": helion.kernel(gemm_body, config=cfg("flat", [16, block_n, block_k]), static_shapes=True),
+        "gemm_persistent": helion.kernel(
+            gemm_body, config=cfg("persistent_blocked", [16, block_n, block_k]), static_shapes=True
+        ),
+        "barrier_gemm": helion.kernel(
+            barrier_gemm_body, config=cfg("persistent_blocked", [16, block_n, block_k]), static_shapes=True
+        ),
+    }
 
 
 def make_kernel(block_m: int, block_n: int, block_k: int, num_warps: int = 4, num_stages: int = 3):
@@ -186,6 +241,15 @@ def codegen(block_n: int, block_k: int) -> None:
             f"# {producer}: {len(code.splitlines())} lines of Triton code, grid barrier + cooperative launch: {barrier}"
         )
         print("\n".join(line for line in code.splitlines() if "_launcher(" in line))
+    m, (n, k) = 8, SHAPES["o"]
+    d = inputs(m, n, k, "cpu")
+    sa2 = torch.empty_like(d["scale_a"])
+    for name, kernel in make_decomposed(block_n, block_k).items():
+        args = (d["xq"], d["w"], d["scale_a"], d["scale_b"]) + ((sa2,) if name == "barrier_gemm" else ())
+        code = kernel.bind(args).to_triton_code(kernel.configs[0])
+        print(
+            f"# {name}: {len(code.splitlines())} lines, cooperative launch: {'launch_cooperative_grid=True' in code}"
+        )
 
 
 _SEM_ALLOC = re.compile(r"torch\.zeros\(\(1,\), device=\w+\.device, dtype=torch\.uint32\)")
@@ -207,7 +271,14 @@ def with_persistent_semaphore(kernel, args: tuple):
     return getattr(module, kernel.name)
 
 
-def bench(ms: list[int], block_n: int, block_k: int, producers: list[str], split_ks: list[int]) -> None:
+def bench(
+    ms: list[int],
+    block_n: int,
+    block_k: int,
+    producers: list[str],
+    split_ks: list[int],
+    decompose: bool = False,
+) -> None:
     from hlcore import timing
 
     same_tiles = {
@@ -248,6 +319,26 @@ def bench(ms: list[int], block_n: int, block_k: int, producers: list[str], split
                         variants[f"one_sk{sk}_sem"] = lambda w, d=d, f=sem, p=producer, sk=sk: f(
                             *one_args(p, d, w, sk)
                         )
+                if decompose and producer == "quant":  # the GEMM phase alone, on the two-launch bytes
+                    xq, sa_flat = q.to(torch.float8_e4m3fn), sa.reshape(-1).contiguous().float()
+                    sa2 = torch.empty_like(sa_flat)
+                    for name, kernel in make_decomposed(block_n, block_k).items():
+                        extra = (sa2,) if name == "barrier_gemm" else ()
+                        got = kernel(xq, d["w"], sa_flat, d["scale_b"], *extra)
+                        checks[f"err_{name}"] = round(
+                            ((got.float() - ref.float()).norm() / ref.float().norm()).item(), 5
+                        )
+                        variants[name] = lambda w, kernel=kernel, xq=xq, sa=sa_flat, extra=extra, d=d: kernel(
+                            xq, w, sa, d["scale_b"], *extra
+                        )
+                        if name == "barrier_gemm":
+                            sem = with_persistent_semaphore(kernel, (xq, d["w"], sa_flat, d["scale_b"], sa2))
+                            if sem is not None:
+                                variants["barrier_gemm_sem"] = (
+                                    lambda w, f=sem, xq=xq, sa=sa_flat, d=d, sa2=sa2: f(
+                                        xq, w, sa, d["scale_b"], sa2
+                                    )
+                                )
                 times = {}
                 for name, fn in variants.items():
                     try:
@@ -299,12 +390,17 @@ def main() -> None:
     p.add_argument("--block-k", type=int, default=256)
     p.add_argument("--producers", default="quant,norm")
     p.add_argument("--split-ks", default="1,4", help="split_k values of the one-launch kernel")
+    p.add_argument(
+        "--decompose",
+        action="store_true",
+        help="also time the GEMM phase alone: flat, persistent, and persistent after a trivial barrier",
+    )
     a = p.parse_args()
     if a.codegen:
         codegen(a.block_n, a.block_k)
     else:
         ints = lambda text: [int(v) for v in text.split(",")]  # noqa: E731
-        bench(ints(a.ms), a.block_n, a.block_k, a.producers.split(","), ints(a.split_ks))
+        bench(ints(a.ms), a.block_n, a.block_k, a.producers.split(","), ints(a.split_ks), a.decompose)
 
 
 if __name__ == "__main__":
