@@ -10,18 +10,23 @@
 #        the same machine (the DeepGEMM cache shared by both settings, as EG0-EG2 / EGc)
 #   SI   Qwen3-8B W8A8_INT8, the same two rounds (no DeepGEMM)
 #   SF   Qwen3-8B FP8_Dynamic, the same two rounds (EFc measured the cold pair only)
+#   TA   TTFT A/A control with each engine pinned to its own CPUs (lab/scripts/startup_ttft.py --aa
+#        --pin: driver on 2 CPUs, each engine core and its children on 7): two plugin-free Qwen3-8B
+#        FP8_Dynamic engines side by side, 60 ABBA pairs at 128 / 1,024 tokens, 1 s apart. Unpinned
+#        (CDa, 2026-12-04) their medians were 10-12 % apart: is host placement the cause?
+#   TP   the same pinned, plugin off vs on (the defaults): issue 20's TTFT criterion, if TA is even
 #   other phases: as in 2026-12-16.sh (OL, OLd, FR, EFc, EGc, EGr) and through it 2026-12-15.sh
 #        (TU for issue 23, CDi, ...)
 # The defaults throughout (no HL_DISPATCH_AT / HL_PRECOMPILE_PROCESSES): what a user gets.
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-17.sh SB0|SB1|SI|SF|<a phase of 2026-12-16.sh>
-# Order: the bundle's last part with SB0 (LIMIT=300), SB1 (LIMIT=420), SI (LIMIT=420), then SF or TU
-# as time allows. Send each call within seconds of the last reply: the machine is reset ~30 s after
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-17.sh SB0|SB1|SI|SF|TA|TP|<a phase of 2026-12-16.sh>
+# Order: the bundle's last part with SB0 (LIMIT=300), SB1 (LIMIT=420), SI (LIMIT=420), then TA
+# (LIMIT=450) and, if its two medians are within ~1 %, TP; SF or TU as time allows. Send each call within seconds of the last reply: the machine is reset ~30 s after
 # a call ends (and /tmp/dg-jit with it: SB1 needs SB0 on the same machine).
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in SB0 | SB1 | SI | SF) ;; *) exec bash "$here/2026-12-16.sh" "$phase" ;; esac
+case $phase in SB0 | SB1 | SI | SF | TA | TP) ;; *) exec bash "$here/2026-12-16.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES # the defaults
@@ -32,6 +37,12 @@ SB0) run deepgemm-prewarm 280 python3 lab/scripts/deepgemm_prewarm.py --model qw
 SB1) ls /tmp/dg-jit >/dev/null || echo "no DeepGEMM cache: run SB0 first on this machine"
     e2e e2e-8b-block-start qwen3-8b block_fp8 2 --plugins off,on --repeats 1 --concurrency 1 --timeout 240 ;;
 SI) e2e e2e-8b-int8-start qwen3-8b w8a8_int8 2 --plugins off,on --repeats 1 --concurrency 1 --timeout 240 ;;
+TA | TP) extra=""; [ "$phase" = TA ] && extra="--aa"
+    run startup-ttft-pinned python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
+        --out "$O/fp8_dynamic" --settle 30 --repeats 60 --gap 1 --pin $extra
+    grep -h "CPU sets" "$O/startup-ttft-pinned.log"
+    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-pinned.log" | head -20
+    grep -q '^qwen3-8b' "$O/startup-ttft-pinned.log" || grep -A8 "TTFT so far" "$O/startup-ttft-pinned.log" ;;
 SF) e2e e2e-8b-fp8-start qwen3-8b fp8_dynamic 2 --plugins off,on --repeats 1 --concurrency 1 --timeout 240 ;;
 esac
 grep -rhoE "speed guard, [a-z0-9_]+: .*|Helion kernels at CUDA-graph capture: [^;]*|init engine.*|engine ready in [0-9.]+ s" \

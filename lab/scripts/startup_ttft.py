@@ -18,8 +18,15 @@ its own environment. With ``--warm``, both engines are shut down and started aga
 caches (warm start-up). Random weights (``load_format=dummy``), model config from hltools' embedded
 models with the format's quantization config.
 
+With ``--pin``, each engine runs on its own CPUs: the usable CPUs are split into the driver's
+(the first two) and one disjoint half of the rest per engine, and the driver sets its own affinity
+to an engine's set just before starting it, so the spawned engine core (and every process and
+thread it starts: compile workers, hlvllm's precompile workers) inherits that set; the driver then
+returns to its own two. The A/A control (2026-12-04: two plugin-free engines side by side 10-12 %
+apart in median TTFT) asks whether host placement is what separates engines on this VM.
+
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
---out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
+--out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--pin] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
 the lengths' pairs interleave, ``--gap`` seconds apart; writes
 ``DIR/startup_ttft.json`` and prints a table.
 """
@@ -74,6 +81,33 @@ def _start(setting, model_dir, cache, on_env, args):
     seconds = time.perf_counter() - t0
     print(f"[startup_ttft] {setting}: engine ready in {seconds:.1f} s", flush=True)
     return llm, seconds
+
+
+def pin_sets(cpus: list[int], names: list[str]) -> dict[str, set[int]]:
+    """CPU sets for ``--pin``: the first two of ``cpus`` for the driver ("driver"), the rest split
+    into ``len(names)`` disjoint contiguous parts, one per engine (the last takes the remainder).
+    Raises ValueError when fewer than two CPUs are left per engine."""
+    cpus = sorted(cpus)
+    rest = cpus[2:]
+    per = len(rest) // max(1, len(names))
+    if per < 2:
+        raise ValueError(f"--pin needs at least {2 + 2 * len(names)} usable CPUs, got {len(cpus)}: {cpus}")
+    sets = {"driver": set(cpus[:2])}
+    for i, name in enumerate(names):
+        sets[name] = set(rest[i * per : (i + 1) * per if i < len(names) - 1 else len(rest)])
+    return sets
+
+
+def _start_pinned(setting, model_dir, cache, on_env, args, sets):
+    """_start with the driver's affinity set to ``sets[setting]`` while the engine core is spawned
+    (``sets`` None: no pinning)."""
+    if sets is None:
+        return _start(setting, model_dir, cache, on_env, args)
+    os.sched_setaffinity(0, sets[setting])
+    try:
+        return _start(setting, model_dir, cache, on_env, args)
+    finally:
+        os.sched_setaffinity(0, sets["driver"])
 
 
 def _stop(llm) -> None:
@@ -186,6 +220,11 @@ def main() -> int:
         action="store_true",
         help="control run: the 'on' engine starts without the plugin too (is a difference the order's?)",
     )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="each engine (and its children) on its own CPUs, the driver on two others",
+    )
     p.add_argument("--on-env", action="append", default=[])
     p.add_argument("--settle", type=float, default=40.0, help="seconds to wait once both are ready")
     p.add_argument("--gap", type=float, default=0.0, help="seconds between TTFT pairs (spread over time)")
@@ -217,9 +256,13 @@ def main() -> int:
         "layers": cfg["num_hidden_layers"],
         "on_env": on_env,
     }
+    sets = pin_sets(list(os.sched_getaffinity(0)), order) if args.pin else None
+    if sets is not None:
+        result["pin"] = {name: sorted(cpus) for name, cpus in sets.items()}
+        print(f"[startup_ttft] CPU sets: {result['pin']}", flush=True)
     engines, cold = {}, {}
     for s in order:
-        engines[s], cold[s] = _start(s, model_dir, caches[s], on_env, args)
+        engines[s], cold[s] = _start_pinned(s, model_dir, caches[s], on_env, args, sets)
     result["cold_s"] = cold
     # the engine started last was sampled within a second of its start (2026-12-02 evening: 1.88x
     # at 128 tokens against an engine idle for two minutes, even at 1,024 a moment later); with a
@@ -284,7 +327,7 @@ def main() -> int:
             _stop(engines.pop(s))
         warm = {}
         for s in order:
-            llm, warm[s] = _start(s, model_dir, caches[s], on_env, args)
+            llm, warm[s] = _start_pinned(s, model_dir, caches[s], on_env, args, sets)
             _stop(llm)
         result["warm_s"] = warm
     (out / "startup_ttft.json").write_text(json.dumps(result, indent=1))
