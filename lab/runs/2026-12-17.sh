@@ -15,18 +15,23 @@
 #        FP8_Dynamic engines side by side, 60 ABBA pairs at 128 / 1,024 tokens, 1 s apart. Unpinned
 #        (CDa, 2026-12-04) their medians were 10-12 % apart: is host placement the cause?
 #   TP   the same pinned, plugin off vs on (the defaults): issue 20's TTFT criterion, if TA is even
+#   TB   issue 23: the Block_FP8 grid search on two more shipped models (Llama-3.1-8B, then Qwen3-14B;
+#        capture layout, `--block-scale-a auto`), after SB0 on the machine (DeepGEMM's cache): T3 found
+#        Qwen3-8B's Block_FP8 keys 2.7-8.6 % faster per step than the heuristic, mostly with deeper
+#        split-K (16 / 32), num_stages 2 and prefetch_scales; does that hold on other shapes (a
+#        heuristic rule, or only tuned files)?
 #   other phases: as in 2026-12-16.sh (OL, OLd, FR, EFc, EGc, EGr) and through it 2026-12-15.sh
 #        (TU for issue 23, CDi, ...)
 # The defaults throughout (no HL_DISPATCH_AT / HL_PRECOMPILE_PROCESSES): what a user gets.
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-17.sh SB0|SB1|SI|SF|TA|TP|<a phase of 2026-12-16.sh>
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-17.sh SB0|SB1|SI|SF|TA|TP|TB|<a phase of 2026-12-16.sh>
 # Order: the bundle's last part with SB0 (LIMIT=300), SB1 (LIMIT=420), SI (LIMIT=420), then TA
-# (LIMIT=450) and, if its two medians are within ~1 %, TP; SF or TU as time allows. Send each call within seconds of the last reply: the machine is reset ~30 s after
-# a call ends (and /tmp/dg-jit with it: SB1 needs SB0 on the same machine).
+# (LIMIT=450) and, if its two medians are within ~1 %, TP; TB, SF or TU as time allows.
+# Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends (and /tmp/dg-jit with it: SB1 needs SB0 on the same machine).
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in SB0 | SB1 | SI | SF | TA | TP) ;; *) exec bash "$here/2026-12-16.sh" "$phase" ;; esac
+case $phase in SB0 | SB1 | SI | SF | TA | TP | TB) ;; *) exec bash "$here/2026-12-16.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES # the defaults
@@ -43,6 +48,11 @@ TA | TP) extra=""; [ "$phase" = TA ] && extra="--aa"
     grep -h "CPU sets" "$O/startup-ttft-pinned.log"
     sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-pinned.log" | head -20
     grep -q '^qwen3-8b' "$O/startup-ttft-pinned.log" || grep -A8 "TTFT so far" "$O/startup-ttft-pinned.log" ;;
+TB) for model in llama-3.1-8b qwen3-14b; do
+        run "grid-$model-block" python3 -m hltools autotune --model "$model" --formats block_fp8 --effort grid \
+            --output "$O/grid-$model"
+        tail -14 "$O/grid-$model-block.log"
+    done ;;
 SF) e2e e2e-8b-fp8-start qwen3-8b fp8_dynamic 2 --plugins off,on --repeats 1 --concurrency 1 --timeout 240 ;;
 esac
 grep -rhoE "speed guard, [a-z0-9_]+: .*|Helion kernels at CUDA-graph capture: [^;]*|init engine.*|engine ready in [0-9.]+ s" \
