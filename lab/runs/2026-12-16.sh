@@ -27,9 +27,10 @@
 #        against 5.6 s on 2026-12-04) and `init engine` of both
 #   EGc  as EFc on Llama-3.1-8B Block_FP8 (the speed guard times its keys), after EG0's DeepGEMM
 #        prewarm: the cold pair of issue 20's start-up target with both first-run fixes
+#   EGr  EGc's pair again on its machine (the DeepGEMM cache kept), the on engine first, concurrency 1
 #   other phases: as in 2026-12-15.sh (EG0/EG1/EG2, FC, and through it 2026-12-14.sh's)
 # Usage there (FR, OL without the bundle; EFc after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-16.sh FR|OL|EFc|<a phase of 2026-12-15.sh>
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-16.sh FR|OL|OLd|EFc|EGc|EGr|<a phase of 2026-12-15.sh>
 # Order: FR and OL in one call without the bundle (carry dist, .hlwheels), then the bundle and EFc.
 # Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends.
 set -u
@@ -49,7 +50,7 @@ if [ "$phase" = OLd ]; then  # where the one launch's time goes: the GEMM phase 
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
     rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
     mkdir -p "${OUT:-/tmp}/OLd"
-    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 200 python3 lab/scripts/one_launch_bench.py \
+    HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout "${LIMIT:-200}" python3 lab/scripts/one_launch_bench.py \
         --block-n 64 --producers quant --split-ks 1 --decompose 2>&1 | tee "${OUT:-/tmp}/OLd/bn64.log" | tail -9
     exit 0
 fi

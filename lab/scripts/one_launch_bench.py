@@ -271,6 +271,11 @@ def with_persistent_semaphore(kernel, args: tuple):
     return getattr(module, kernel.name)
 
 
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius error of ``out`` against ``ref`` (fp32), rounded to 5 digits."""
+    return round(((out.float() - ref.float()).norm() / ref.float().norm()).item(), 5)
+
+
 def bench(
     ms: list[int],
     block_n: int,
@@ -316,6 +321,7 @@ def bench(
                     )
                     sem = with_persistent_semaphore(one, one_args(producer, d, d["w"], sk))
                     if sem is not None:
+                        checks[f"err_sk{sk}_sem"] = rel_err(sem(*one_args(producer, d, d["w"], sk)), ref)
                         variants[f"one_sk{sk}_sem"] = lambda w, d=d, f=sem, p=producer, sk=sk: f(
                             *one_args(p, d, w, sk)
                         )
@@ -334,6 +340,9 @@ def bench(
                         if name == "barrier_gemm":
                             sem = with_persistent_semaphore(kernel, (xq, d["w"], sa_flat, d["scale_b"], sa2))
                             if sem is not None:
+                                checks["err_barrier_gemm_sem"] = rel_err(
+                                    sem(xq, d["w"], sa_flat, d["scale_b"], sa2), ref
+                                )
                                 variants["barrier_gemm_sem"] = (
                                     lambda w, f=sem, xq=xq, sa=sa_flat, d=d, sa2=sa2: f(
                                         xq, w, sa, d["scale_b"], sa2

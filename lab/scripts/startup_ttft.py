@@ -18,11 +18,13 @@ its own environment. With ``--warm``, both engines are shut down and started aga
 caches (warm start-up). Random weights (``load_format=dummy``), model config from hltools' embedded
 models with the format's quantization config.
 
-With ``--pin``, each engine runs on its own CPUs: the usable CPUs are split into the driver's
-(the first two) and one disjoint half of the rest per engine, and the driver sets its own affinity
-to an engine's set just before starting it, so the spawned engine core (and every process and
-thread it starts: compile workers, hlvllm's precompile workers) inherits that set; the driver then
-returns to its own two. The A/A control (2026-12-04: two plugin-free engines side by side 10-12 %
+With ``--pin``, each engine runs on its own CPUs: whole physical cores, the first for the driver
+(two CPUs), then an equal number per engine (a spare core unused); the driver's main thread takes
+an engine's set just before starting it, so the spawned engine core (and every process and thread
+it starts: compile workers, hlvllm's precompile workers) inherits that set, and afterwards every
+driver thread (the engine client's I/O and output threads too) is moved back to the driver's CPUs.
+On fewer CPUs hlvllm's ``HL_PRECOMPILE_PROCESSES=auto`` starts fewer workers, so read only TTFT
+from a pinned run, not its start-up. The A/A control (2026-12-04: two plugin-free engines side by side 10-12 %
 apart in median TTFT) asks whether host placement is what separates engines on this VM.
 
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
@@ -34,6 +36,7 @@ the lengths' pairs interleave, ``--gap`` seconds apart; writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -83,31 +86,62 @@ def _start(setting, model_dir, cache, on_env, args):
     return llm, seconds
 
 
-def pin_sets(cpus: list[int], names: list[str]) -> dict[str, set[int]]:
-    """CPU sets for ``--pin``: the first two of ``cpus`` for the driver ("driver"), the rest split
-    into ``len(names)`` disjoint contiguous parts, one per engine (the last takes the remainder).
-    Raises ValueError when fewer than two CPUs are left per engine."""
-    cpus = sorted(cpus)
-    rest = cpus[2:]
-    per = len(rest) // max(1, len(names))
-    if per < 2:
-        raise ValueError(f"--pin needs at least {2 + 2 * len(names)} usable CPUs, got {len(cpus)}: {cpus}")
-    sets = {"driver": set(cpus[:2])}
+def _cores(cpus: list[int]) -> list[list[int]]:
+    """``cpus`` grouped by physical core (SMT siblings together, from sysfs; each CPU alone where
+    the topology cannot be read), in CPU order."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for cpu in sorted(cpus):
+        try:
+            text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
+            siblings = set()
+            for part in text.strip().split(","):
+                lo, _, hi = part.partition("-")
+                siblings.update(range(int(lo), int(hi or lo) + 1))
+            key = tuple(sorted(siblings & set(cpus)))
+        except (OSError, ValueError):
+            key = (cpu,)
+        groups.setdefault(key, []).append(cpu)
+    return list(groups.values())
+
+
+def pin_sets(cpus: list[int], names: list[str], cores: list[list[int]] | None = None) -> dict[str, set[int]]:
+    """CPU sets for ``--pin``: whole physical cores (``cores``: ``cpus`` grouped by core; default
+    from sysfs), the first ones for the driver ("driver") until it has two CPUs, then the same
+    number of cores for each of ``names`` (a spare core is left unused, so engines get equal sets).
+    Raises ValueError when an engine would get fewer than two CPUs."""
+    cores = [list(c) for c in (cores if cores is not None else _cores(cpus))]
+    driver: list[int] = []
+    while cores and len(driver) < 2:
+        driver += cores.pop(0)
+    per = len(cores) // max(1, len(names))
+    sets = {"driver": set(driver)}
     for i, name in enumerate(names):
-        sets[name] = set(rest[i * per : (i + 1) * per if i < len(names) - 1 else len(rest)])
+        sets[name] = {cpu for core in cores[i * per : (i + 1) * per] for cpu in core}
+    if any(len(sets[name]) < 2 for name in names):
+        raise ValueError(
+            f"--pin needs two CPUs per engine besides the driver's two; usable CPUs: {sorted(cpus)}"
+        )
     return sets
+
+
+def _all_threads_to(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus`` (sched_setaffinity(0) moves only the caller; the
+    engine client's threads started while it was pinned kept the engine's set)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError, ValueError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
 
 
 def _start_pinned(setting, model_dir, cache, on_env, args, sets):
     """_start with the driver's affinity set to ``sets[setting]`` while the engine core is spawned
-    (``sets`` None: no pinning)."""
+    (``sets`` None: no pinning); afterwards every driver thread is moved to ``sets["driver"]``."""
     if sets is None:
         return _start(setting, model_dir, cache, on_env, args)
     os.sched_setaffinity(0, sets[setting])
     try:
         return _start(setting, model_dir, cache, on_env, args)
     finally:
-        os.sched_setaffinity(0, sets["driver"])
+        _all_threads_to(sets["driver"])
 
 
 def _stop(llm) -> None:
