@@ -27,8 +27,10 @@
 # The defaults throughout (no HL_DISPATCH_AT / HL_PRECOMPILE_PROCESSES): what a user gets.
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-17.sh SB0|SB1|SI|SF|TA|TP|TB|<a phase of 2026-12-16.sh>
-# Order: the bundle's last part with SB0 (LIMIT=300), SB1 (LIMIT=420), SI (LIMIT=420), then TA
-# (LIMIT=450) and, if its two medians are within ~1 %, TP; TB, SF or TU as time allows.
+# Order (~1,800 s of device time; a machine start and the bundle ~100 s): the bundle's last part with
+# SB0 (LIMIT=260: the prewarm took 189 s for Llama), SB1 (LIMIT=360: four engines, two warm), SI
+# (LIMIT=360), TA (LIMIT=400); then TP if TA's two medians are within ~1 %, else TU (issue 23's
+# models outside the shipped file, via 2026-12-12.sh); TB and SF only if time is left.
 # Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends (and /tmp/dg-jit with it: SB1 needs SB0 on the same machine).
 set -u
 phase=$1
