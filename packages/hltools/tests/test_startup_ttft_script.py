@@ -68,3 +68,55 @@ def test_pairs_interleave_lengths_in_abba_order_with_gaps(script, monkeypatch, t
     assert t8["t_s"]["off"][0] == pytest.approx(0.118)
     assert t8["t_s"]["on"][1] == pytest.approx(2.177)
     assert t8["t_s"]["off"][1] == pytest.approx(2.188)
+
+
+def test_pin_sets_give_engines_equal_disjoint_whole_cores(script):
+    smt = [[i, i + 8] for i in range(8)]  # SMT siblings numbered i and i + 8
+    sets = script.pin_sets(list(range(16)), ["off", "on"], cores=smt)
+    assert sets["driver"] == {0, 8}
+    assert sets["off"] == {1, 2, 3, 9, 10, 11} and sets["on"] == {4, 5, 6, 12, 13, 14}  # core 7 spare
+    single = script.pin_sets(list(range(17)), ["off", "on"], cores=[[i] for i in range(17)])
+    assert len(single["off"]) == len(single["on"]) == 7
+    assert not single["off"] & single["on"] and not (single["off"] | single["on"]) & single["driver"]
+    with pytest.raises(ValueError, match=r"two CPUs per engine.*\[0, 1, 2, 3, 4\]"):
+        script.pin_sets(list(range(5)), ["off", "on"], cores=[[i] for i in range(5)])
+
+
+def test_pin_starts_each_engine_on_its_set_and_moves_driver_threads_back(
+    script, monkeypatch, tmp_path, restored_environ
+):
+    calls, clock, events = [], [0.0], []
+    times = {"off": {8: 0.010}, "on": {8: 0.011}}
+    affinity = {0: set(range(16))}  # what the main thread (pid 0) has now
+
+    def fake_setaffinity(pid, cpus):
+        events.append((pid, frozenset(cpus)))
+        if pid == 0:
+            affinity[0] = set(cpus)
+
+    def fake_start(s, *a):
+        events.append(("start", s, frozenset(affinity[0])))
+        return FakeEngine(s, calls, clock, times), 1.0
+
+    monkeypatch.setattr(script.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(script.os, "sched_setaffinity", fake_setaffinity)
+    listdir = os.listdir  # the driver's threads: 101 and 102
+
+    monkeypatch.setattr(
+        script.os, "listdir", lambda p: ["101", "102"] if p == "/proc/self/task" else listdir(p)
+    )
+    monkeypatch.setattr(script, "_cores", lambda cpus: [[c] for c in sorted(cpus)])
+    monkeypatch.setattr(script, "_start", fake_start)
+    monkeypatch.setattr(script.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(script.time, "sleep", lambda s: None)
+    argv = ["startup_ttft.py", "--model", "qwen3-1.7b", "--out", str(tmp_path), "--repeats", "1"]
+    monkeypatch.setattr(script.sys, "argv", argv + ["--lens", "8", "--settle", "0", "--pin"])
+    assert script.main() == 0
+
+    driver, off, on = frozenset({0, 1}), frozenset(range(2, 9)), frozenset(range(9, 16))
+    assert events == [
+        (0, off), ("start", "off", off), (101, driver), (102, driver),
+        (0, on), ("start", "on", on), (101, driver), (102, driver),
+    ]  # fmt: skip
+    res = json.loads((tmp_path / "startup_ttft.json").read_text())
+    assert res["pin"] == {"driver": [0, 1], "off": list(range(2, 9)), "on": list(range(9, 16))}
