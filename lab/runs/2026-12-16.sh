@@ -36,9 +36,12 @@
 set -u
 phase=$1
 here=$(dirname "$0")
-if [ "$phase" = OL ]; then
+install_no_bundle() {  # OL, OLd, FR: helion from .hlwheels, hlcore from dist/, no vLLM
     python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
     rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+}
+if [ "$phase" = OL ]; then
+    install_no_bundle
     mkdir -p "${OUT:-/tmp}/OL"
     HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout 300 python3 \
         lab/scripts/one_launch_bench.py --block-n 64 2>&1 | tee "${OUT:-/tmp}/OL/bn64.log" | tail -20
@@ -47,16 +50,14 @@ if [ "$phase" = OL ]; then
     exit 0
 fi
 if [ "$phase" = OLd ]; then  # where the one launch's time goes: the GEMM phase flat, persistent, after a barrier
-    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
-    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+    install_no_bundle
     mkdir -p "${OUT:-/tmp}/OLd"
     HL_COMMIT=$(cat dist/COMMIT) PYTHONPATH=/tmp/hl:/tmp/helion timeout "${LIMIT:-200}" python3 lab/scripts/one_launch_bench.py \
         --block-n 64 --producers quant --split-ks 1 --decompose 2>&1 | tee "${OUT:-/tmp}/OLd/bn64.log" | tail -9
     exit 0
 fi
 if [ "$phase" = FR ]; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/helion .hlwheels/*.whl
-    rm -rf /tmp/hl && python3 -m pip install -q --no-index --no-deps --target /tmp/hl dist/*.whl
+    install_no_bundle
     mkdir -p "${OUT:-/tmp}/FR"
     for mode in fixed late-ptxas before; do
         case $mode in fixed) flags="" ;; late-ptxas) flags="--late-ptxas" ;; before) flags="--late-ptxas --no-scope" ;; esac

@@ -310,9 +310,7 @@ def bench(
                 for sk in split_ks:
                     one = make_kernel(16, block_n, block_k)
                     out = one(*one_args(producer, d, d["w"], sk))
-                    checks[f"err_sk{sk}"] = round(
-                        ((out.float() - ref.float()).norm() / ref.float().norm()).item(), 5
-                    )
+                    checks[f"err_sk{sk}"] = rel_err(out, ref)
                     checks[f"same_bytes_sk{sk}"] = bool(
                         torch.equal(d["xq"].view(torch.uint8), q.view(torch.uint8))
                     )
@@ -331,9 +329,7 @@ def bench(
                     for name, kernel in make_decomposed(block_n, block_k).items():
                         extra = (sa2,) if name == "barrier_gemm" else ()
                         got = kernel(xq, d["w"], sa_flat, d["scale_b"], *extra)
-                        checks[f"err_{name}"] = round(
-                            ((got.float() - ref.float()).norm() / ref.float().norm()).item(), 5
-                        )
+                        checks[f"err_{name}"] = rel_err(got, ref)
                         variants[name] = lambda w, kernel=kernel, xq=xq, sa=sa_flat, extra=extra, d=d: kernel(
                             xq, w, sa, d["scale_b"], *extra
                         )
