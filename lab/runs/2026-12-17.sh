@@ -15,6 +15,9 @@
 #        FP8_Dynamic engines side by side, 60 ABBA pairs at 128 / 1,024 tokens, 1 s apart. Unpinned
 #        (CDa, 2026-12-04) their medians were 10-12 % apart: is host placement the cause?
 #   TP   the same pinned, plugin off vs on (the defaults): issue 20's TTFT criterion, if TA is even.
+#   T3   TA and TP in one run (2026-12-04, sixth session): three engines pinned, off / ctl (plugin-free)
+#        / on (the defaults), 4 CPUs each, every order of the three in turn, 60 rounds 0.5 s apart;
+#        ctl/off is the A/A control and on/off the measurement, on the same machine state
 #        Read only TTFT from TA / TP: on ~7 CPUs per engine, HL_PRECOMPILE_PROCESSES=auto starts 3
 #        workers (not 8) and Inductor's compile threads drop too, so their start-up is not a user's
 #   TB   issue 23: the Block_FP8 grid search on two more shipped models (Llama-3.1-8B, then Qwen3-14B;
@@ -35,7 +38,7 @@
 set -u
 phase=$1
 here=$(dirname "$0")
-case $phase in SB0 | SB1 | SI | SF | TA | TP | TB) ;; *) exec bash "$here/2026-12-16.sh" "$phase" ;; esac
+case $phase in SB0 | SB1 | SI | SF | TA | TP | T3 | TB) ;; *) exec bash "$here/2026-12-16.sh" "$phase" ;; esac
 source "$here/phase-lib.sh"
 phase_begin
 unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES # the defaults
@@ -52,6 +55,11 @@ TA | TP) extra=""; [ "$phase" = TA ] && extra="--aa"
     grep -h "CPU sets" "$O/startup-ttft-pinned.log"
     sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-pinned.log" | head -20
     grep -q '^qwen3-8b' "$O/startup-ttft-pinned.log" || grep -A8 "TTFT so far" "$O/startup-ttft-pinned.log" ;;
+T3) run startup-ttft-3 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic \
+        --out "$O/fp8_dynamic" --settle 30 --repeats 60 --gap 0.5 --pin --order off,ctl,on
+    grep -h "CPU sets" "$O/startup-ttft-3.log"
+    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-3.log" | head -24
+    grep -q '^qwen3-8b' "$O/startup-ttft-3.log" || grep -A10 "TTFT so far" "$O/startup-ttft-3.log" ;;
 TB) for model in llama-3.1-8b qwen3-14b; do
         cap=$(($(left) / 2)); [ "$model" = qwen3-14b ] && cap=$(left)
         run "grid-$model-block" "$cap" python3 -m hltools autotune --model "$model" --formats block_fp8 --effort grid \

@@ -27,6 +27,13 @@ On fewer CPUs hlvllm's ``HL_PRECOMPILE_PROCESSES=auto`` starts fewer workers, so
 from a pinned run, not its start-up. The A/A control (2026-12-04: two plugin-free engines side by side 10-12 %
 apart in median TTFT) asks whether host placement is what separates engines on this VM.
 
+``--order`` names the engines, the first being the baseline every other is compared with; a name
+that starts with ``on`` loads the plugin (unless ``--aa``), any other does not. Three engines,
+``--order off,ctl,on``, give the A/A control (ctl/off) and the measurement (on/off) in one run, on
+the same machine state: with more than two engines each TTFT round runs them in the next of all
+their orders (six for three), so every engine takes every place equally often. ``--memory``
+defaults to 0.84 split over the engines.
+
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
 --out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--pin] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
 the lengths' pairs interleave, ``--gap`` seconds apart; writes
@@ -38,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import json
 import os
 import shutil
@@ -68,7 +76,8 @@ def _engine_env(setting: str, cache: Path, on_env: dict[str, str], plugin: bool)
 def _start(setting, model_dir, cache, on_env, args):
     from vllm import LLM
 
-    _engine_env(setting, cache, on_env, plugin=setting == "on" and not args.aa)  # --aa: neither
+    # a name starting with "on" loads the plugin; --aa: none does
+    _engine_env(setting, cache, on_env, plugin=setting.startswith("on") and not args.aa)
     t0 = time.perf_counter()
     llm = LLM(
         model=str(model_dir),
@@ -185,6 +194,26 @@ def _median_ci95(values, resamples: int = 2000) -> list[float]:
     return [meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]]
 
 
+def round_orders(order: list[str]) -> list[list[str]]:
+    """The engines' order in TTFT / decode round i is ``round_orders(order)[i % len(...)]``: ABBA
+    for two engines, every permutation for more (each engine in each place equally often)."""
+    if len(order) == 2:
+        return [list(order), list(order[::-1])]
+    return [list(p) for p in itertools.permutations(order)]
+
+
+def _ratios(samples: dict[str, list[float]], base: str, other: str) -> dict:
+    """Per round ``other``/``base`` (samples of one round share an index): median, p20-p80, and the
+    median's 95 % bootstrap interval."""
+    pairs = [b / a for a, b in zip(samples[base], samples[other], strict=True)]
+    return {
+        "pair_ratio_median": statistics.median(pairs),
+        "pair_ratio_p20_p80": [_pct(pairs, 0.2), _pct(pairs, 0.8)],
+        "pair_ratio_median_ci95": _median_ci95(pairs),
+        "pair_ratio_min_max": [min(pairs), max(pairs)],
+    }
+
+
 def _decode(engines, order, vocab, args) -> dict:
     """Per concurrency c: ``--decode-repeats`` ABBA pairs of one generate of c 32-token prompts,
     128 output tokens each; ms per step = the generate's time / 128 (its prefill included, so the
@@ -200,35 +229,40 @@ def _decode(engines, order, vocab, args) -> dict:
         for s in order:  # warm-up
             engines[s].generate(prompts, sp, use_tqdm=False)
         samples = {s: [] for s in order}
+        orders = round_orders(order)
         for i in range(args.decode_repeats):
-            for s in order if i % 2 == 0 else order[::-1]:
+            for s in orders[i % len(orders)]:
                 t0 = time.perf_counter()
                 engines[s].generate(prompts, sp, use_tqdm=False)
                 samples[s].append(1e3 * (time.perf_counter() - t0) / 128)
-        pairs = [on / off for off, on in zip(samples["off"], samples["on"], strict=True)]
+        vs = {s: _ratios(samples, order[0], s) for s in order[1:]}
         result[c] = {
             "step_ms": samples,
             "median_ms": {s: statistics.median(v) for s, v in samples.items()},
-            "pair_ratio_median": statistics.median(pairs),
-            "pair_ratio_min_max": [min(pairs), max(pairs)],
+            **vs[order[-1]],  # the last engine against the first (on/off for two)
+            "vs": vs,
         }
     return result
 
 
-def _print_ttft(ttft: dict, a: str, b: str, repeats: int) -> None:
-    """The TTFT table (one row per prompt length) and each engine's longest slow run."""
+def _print_ttft(ttft: dict, order: list[str], repeats: int) -> None:
+    """The TTFT table (one row per prompt length and engine other than the first, against the
+    first) and each engine's longest slow run."""
+    a = order[0]
     print(
-        f"\n| prompt | TTFT {a} ms (p20-p80) | TTFT {b} ms (p20-p80) | {b}/{a} medians | on/off pair ratio median (p20-p80) | its 95 % interval | n |"
+        "\n| prompt | engine | TTFT ms (p20-p80) | TTFT "
+        f"{a} ms (p20-p80) | medians' ratio | pair ratio median (p20-p80) | its 95 % interval | n |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for n, t in ttft.items():
         med, lo, hi = t["median_ms"], t["p20_ms"], t["p80_ms"]
-        pr, ci = t["pair_ratio_p20_p80"], t["pair_ratio_median_ci95"]
-        print(
-            f"| {n} | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | "
-            f"{med[b] / med[a]:.3f} | {t['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
-            f"{ci[0]:.3f}-{ci[1]:.3f} | {repeats} |"
-        )
+        for b, r in t["vs"].items():
+            pr, ci = r["pair_ratio_p20_p80"], r["pair_ratio_median_ci95"]
+            print(
+                f"| {n} | {b} | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | "
+                f"{med[b] / med[a]:.3f} | {r['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
+                f"{ci[0]:.3f}-{ci[1]:.3f} | {repeats} |"
+            )
     for n, t in ttft.items():
         runs = "; ".join(
             f"{s} {r['length']} in a row from t = {r['t_s']:.1f} s (median {r['median_ms']:.1f} ms)"
@@ -246,8 +280,8 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--repeats", type=int, default=40)
     p.add_argument("--lens", default="128,1024")
-    p.add_argument("--memory", type=float, default=0.42)
-    p.add_argument("--order", default="off,on")
+    p.add_argument("--memory", type=float, default=None, help="per engine; default 0.84 / engines")
+    p.add_argument("--order", default="off,on", help="engines, the baseline first; on*: plugin")
     p.add_argument("--warm", action="store_true")
     p.add_argument(
         "--aa",
@@ -278,6 +312,10 @@ def main() -> int:
     cfg = engine_model_config(load_model_config(args.model), args.format)
     (model_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     order = args.order.split(",")
+    if len(order) < 2 or len(set(order)) != len(order):
+        p.error(f"--order needs two or more distinct engine names, got {args.order!r}")
+    if args.memory is None:
+        args.memory = round(0.84 / len(order), 3)
     caches = {s: out / f"cache-{s}" for s in order}
     for c in caches.values():
         shutil.rmtree(c, ignore_errors=True)
@@ -322,9 +360,10 @@ def main() -> int:
     # The lengths interleave and ``--gap`` spaces the pairs: a slow mode of one engine process lasts
     # seconds (2026-12-03 evening: 100 back-to-back pairs took ~5 s, and one slow stretch in one
     # engine decided the median), so spreading the pairs over minutes averages over those modes.
+    orders = round_orders(order)
     for i in range(args.repeats):
         for n in args.lens:  # ABBA: which engine goes first alternates (the first call of a pair
-            for s in order if i % 2 == 0 else order[::-1]:  # ran up to 15 % slower)
+            for s in orders[i % len(orders)]:  # ran up to 15 % slower); all orders for 3+
                 t0 = time.perf_counter()
                 engines[s].generate(prompts[n], sp, use_tqdm=False)
                 samples[n][s].append(1e3 * (time.perf_counter() - t0))
@@ -332,27 +371,31 @@ def main() -> int:
         if args.gap > 0:
             time.sleep(args.gap)
     for n in args.lens:
-        pairs = [on / off for off, on in zip(samples[n]["off"], samples[n]["on"], strict=True)]
+        vs = {s: _ratios(samples[n], order[0], s) for s in order[1:]}
         ttft[n] = {
             "samples_ms": samples[n],
             "t_s": stamps[n],
             "median_ms": {s: statistics.median(v) for s, v in samples[n].items()},
             "p20_ms": {s: _pct(v, 0.2) for s, v in samples[n].items()},
             "p80_ms": {s: _pct(v, 0.8) for s, v in samples[n].items()},
-            "pair_ratio_median": statistics.median(pairs),
-            "pair_ratio_p20_p80": [_pct(pairs, 0.2), _pct(pairs, 0.8)],
-            "pair_ratio_median_ci95": _median_ci95(pairs),
-            # per engine: its longest run above the other engine's 80th percentile
+            **vs[order[-1]],  # the last engine against the first (on/off for two)
+            "vs": vs,
+            # per engine: its longest run above the other engine's 80th percentile (the first
+            # engine's against the last's, every other's against the first's)
             "slow_run": {
-                s: _slow_run(samples[n][s], stamps[n][s], _pct(samples[n][o], 0.8))
-                for s, o in zip(order, order[::-1], strict=True)
+                s: _slow_run(
+                    samples[n][s],
+                    stamps[n][s],
+                    _pct(samples[n][order[-1] if s == order[0] else order[0]], 0.8),
+                )
+                for s in order
             },
         }
     result["ttft"] = ttft
     # written and printed now too: a phase cut at its time limit later still has these (2026-12-03)
     (out / "startup_ttft.json").write_text(json.dumps(result, indent=1))
     print(f"[startup_ttft] cold start-up (s): {cold}; TTFT so far:", flush=True)
-    _print_ttft(ttft, *order, args.repeats)
+    _print_ttft(ttft, order, args.repeats)
     sys.stdout.flush()
     result["decode"] = _decode(engines, order, vocab, args) if args.decode else {}
     (out / "startup_ttft.json").write_text(json.dumps(result, indent=1))
@@ -365,25 +408,30 @@ def main() -> int:
             _stop(llm)
         result["warm_s"] = warm
     (out / "startup_ttft.json").write_text(json.dumps(result, indent=1))
-    a, b = order
+    a = order[0]
+    plugin = "none (--aa)" if args.aa else ", ".join(s for s in order if s.startswith("on")) or "none"
     print(
-        f"\n{args.model} {args.format} {cfg['num_hidden_layers']} layers; on: HL_LINEAR_BACKEND=helion {on_env}"
+        f"\n{args.model} {args.format} {cfg['num_hidden_layers']} layers; plugin in: {plugin} "
+        f"(HL_LINEAR_BACKEND=helion {on_env}); memory {args.memory} each"
     )
-    print(f"| start-up | {a} s | {b} s | delta s |\n| --- | --- | --- | --- |")
-    print(f"| cold | {cold[a]:.1f} | {cold[b]:.1f} | {cold[b] - cold[a]:+.1f} |")
-    if "warm_s" in result:
-        w = result["warm_s"]
-        print(f"| warm | {w[a]:.1f} | {w[b]:.1f} | {w[b] - w[a]:+.1f} |")
-    _print_ttft(ttft, a, b, args.repeats)
+    print(f"| start-up | {' s | '.join(order)} s | delta s against {a} |")
+    print("| --- |" + " --- |" * (len(order) + 1))
+    kinds = [("cold", cold)] + ([("warm", result["warm_s"])] if "warm_s" in result else [])
+    for kind, t in kinds:
+        deltas = ", ".join(f"{s} {t[s] - t[a]:+.1f}" for s in order[1:])
+        print(f"| {kind} | " + " | ".join(f"{t[s]:.1f}" for s in order) + f" | {deltas} |")
+    _print_ttft(ttft, order, args.repeats)
     if result["decode"]:
-        print(f"\n| concurrency | {a} ms/step | {b} ms/step | {b}/{a} pair ratio median (min-max) | n |")
-        print("| --- | --- | --- | --- | --- |")
+        print(f"\n| concurrency | engine | ms/step | {a} ms/step | pair ratio median (min-max) | n |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for c, t in result["decode"].items():
-            med, mm = t["median_ms"], t["pair_ratio_min_max"]
-            print(
-                f"| {c} | {med[a]:.3f} | {med[b]:.3f} | {t['pair_ratio_median']:.3f} ({mm[0]:.3f}-{mm[1]:.3f}) | "
-                f"{args.decode_repeats} |"
-            )
+            med = t["median_ms"]
+            for b, r in t["vs"].items():
+                mm = r["pair_ratio_min_max"]
+                print(
+                    f"| {c} | {b} | {med[b]:.3f} | {med[a]:.3f} | {r['pair_ratio_median']:.3f} "
+                    f"({mm[0]:.3f}-{mm[1]:.3f}) | {args.decode_repeats} |"
+                )
     return 0
 
 

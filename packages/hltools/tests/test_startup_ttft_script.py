@@ -2,6 +2,7 @@
 run in ABBA order, the prompt lengths interleave, ``--gap`` sleeps between pairs, and the written
 JSON holds each length's samples with their times and the pair ratios computed from them."""
 
+import itertools
 import json
 import os
 
@@ -120,3 +121,66 @@ def test_pin_starts_each_engine_on_its_set_and_moves_driver_threads_back(
     ]  # fmt: skip
     res = json.loads((tmp_path / "startup_ttft.json").read_text())
     assert res["pin"] == {"driver": [0, 1], "off": list(range(2, 9)), "on": list(range(9, 16))}
+
+
+def test_three_engines_take_every_place_and_compare_with_the_first(
+    script, monkeypatch, tmp_path, restored_environ
+):
+    """--order off,ctl,on: the A/A control and the measurement in one run. Each round runs the
+    engines in the next of their six orders; ctl and on are each compared with off per round;
+    only ``on*`` loads the plugin; the memory is split three ways."""
+    calls, clock = [], [0.0]
+    times = {"off": {8: 0.010}, "ctl": {8: 0.0105}, "on": {8: 0.012}}  # ctl/off 1.05, on/off 1.2
+    started = {}
+
+    def fake_start(s, model_dir, cache, on_env, args):
+        started[s] = args.memory
+        return FakeEngine(s, calls, clock, times), {"off": 50.0, "ctl": 51.0, "on": 53.5}[s]
+
+    monkeypatch.setattr(script, "_start", fake_start)
+    monkeypatch.setattr(script.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(script.time, "sleep", lambda s: None)
+    argv = ["startup_ttft.py", "--model", "qwen3-1.7b", "--out", str(tmp_path), "--repeats", "6"]
+    monkeypatch.setattr(script.sys, "argv", argv + ["--lens", "8", "--settle", "0", "--order", "off,ctl,on"])
+    assert script.main() == 0
+
+    timed = calls[6:]  # after two warm-up rounds of three
+    rounds = [tuple(s for s, _ in timed[3 * i : 3 * i + 3]) for i in range(6)]
+    assert sorted(rounds) == sorted(itertools.permutations(["off", "ctl", "on"]))
+    for s in ("off", "ctl", "on"):  # every engine in every place, twice in six rounds
+        assert sorted(r.index(s) for r in rounds) == [0, 0, 1, 1, 2, 2]
+    assert started == {"off": 0.28, "ctl": 0.28, "on": 0.28}
+    res = json.loads((tmp_path / "startup_ttft.json").read_text())
+    t8 = res["ttft"]["8"]
+    assert t8["vs"]["ctl"]["pair_ratio_median"] == pytest.approx(1.05)
+    assert t8["vs"]["on"]["pair_ratio_median"] == pytest.approx(1.2)
+    assert t8["pair_ratio_median"] == pytest.approx(1.2)  # the last against the first
+    assert res["cold_s"] == {"off": 50.0, "ctl": 51.0, "on": 53.5}
+
+
+def test_order_needs_distinct_names(script, monkeypatch, tmp_path, restored_environ):
+    argv = ["startup_ttft.py", "--out", str(tmp_path), "--order", "off,off"]
+    monkeypatch.setattr(script.sys, "argv", argv)
+    with pytest.raises(SystemExit):
+        script.main()
+
+
+def test_round_orders(script):
+    assert script.round_orders(["off", "on"]) == [["off", "on"], ["on", "off"]]
+    assert len(script.round_orders(["a", "b", "c"])) == 6
+
+
+@pytest.mark.parametrize("aa", [False, True])
+def test_only_engines_named_on_load_the_plugin(script, monkeypatch, tmp_path, restored_environ, aa):
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=lambda **kw: object()))
+    args = types.SimpleNamespace(aa=aa, lens=[8], memory=0.28)
+    env = {}
+    for s in ("off", "ctl", "on", "on2"):
+        script._start(s, tmp_path, tmp_path / s, {"HL_X": "1"}, args)
+        env[s] = (os.environ.get("VLLM_PLUGINS"), os.environ.get("HL_LINEAR_BACKEND"), os.environ.get("HL_X"))
+    plugin_free = ("", None, None)
+    assert env["off"] == env["ctl"] == plugin_free
+    assert env["on"] == env["on2"] == (plugin_free if aa else (None, "helion", "1"))
