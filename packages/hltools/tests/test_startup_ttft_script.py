@@ -184,3 +184,36 @@ def test_only_engines_named_on_load_the_plugin(script, monkeypatch, tmp_path, re
     plugin_free = ("", None, None)
     assert env["off"] == env["ctl"] == plugin_free
     assert env["on"] == env["on2"] == (plugin_free if aa else (None, "helion", "1"))
+
+
+def test_cache_of_starts_an_engine_on_an_earlier_engines_caches(
+    script, monkeypatch, tmp_path, restored_environ
+):
+    calls, clock, caches = [], [0.0], {}
+    times = {"off": {8: 0.010}, "ctl": {8: 0.010}, "on": {8: 0.011}}
+
+    def fake_start(s, model_dir, cache, on_env, args):
+        caches[s] = cache
+        return FakeEngine(s, calls, clock, times), 1.0
+
+    monkeypatch.setattr(script, "_start", fake_start)
+    monkeypatch.setattr(script.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(script.time, "sleep", lambda s: None)
+    (tmp_path / "cache-off").mkdir()
+    (tmp_path / "cache-off" / "stale").write_text("x")  # an earlier run's: emptied once, for off
+    argv = ["startup_ttft.py", "--out", str(tmp_path), "--repeats", "1", "--lens", "8", "--settle", "0"]
+    monkeypatch.setattr(script.sys, "argv", argv + ["--order", "off,ctl,on", "--cache-of", "ctl=off"])
+    assert script.main() == 0
+    assert caches["ctl"] == caches["off"] == tmp_path / "cache-off" != caches["on"]
+    assert not (tmp_path / "cache-off" / "stale").exists()
+    assert json.loads((tmp_path / "startup_ttft.json").read_text())["cache_of"] == {"ctl": "off"}
+
+
+@pytest.mark.parametrize("pair", ["off=ctl", "on=off", "ctl=nope"])
+def test_cache_of_needs_an_earlier_engine_of_the_same_kind(
+    script, monkeypatch, tmp_path, restored_environ, pair
+):
+    argv = ["startup_ttft.py", "--out", str(tmp_path), "--order", "off,ctl,on", "--cache-of", pair]
+    monkeypatch.setattr(script.sys, "argv", argv)
+    with pytest.raises(SystemExit):
+        script.main()

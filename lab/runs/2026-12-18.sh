@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The GPU runs planned after 2026-12-04's sixth session, which measured (wheels of 2e5af85, one H200):
+# Qwen3-8B W8A8_INT8 start-up -10.0 s cold / -0.5 s warm (SI), Block_FP8 -15.9 s cold (SB1; its warm
+# pair was cut by the phase limit), and TTFT with three pinned FP8_Dynamic engines (T3: on/off medians
+# 0.961 / 0.958 at 128 / 1,024 tokens, the plugin-free A/A control 1.008 / 0.977). What issue 20 still
+# lacks is the same TTFT reading for the other two formats and Block_FP8's warm pair:
+#   TI   W8A8_INT8: three engines pinned (4 CPUs each), off / ctl / on, ctl on off's caches (warm,
+#        ~20 s instead of ~130 s: TTFT only), 60 rounds 0.5 s apart, every order of the three in turn
+#   SB0  DeepGEMM's JIT cache filled for Qwen3-8B (2026-12-17.sh; ~250 s, then ~85 s more if cut)
+#   TK   Block_FP8 as TI, after SB0 on the same machine, then all three restarted warm (--warm):
+#        the warm start-up of on against off with ctl as the A/A (all pinned to 4 CPUs)
+#   other phases: as in 2026-12-17.sh (SB1, SI, SF, TA, TP, T3, TB) and through it 2026-12-16.sh,
+#        2026-12-15.sh (TU for issue 23, ...), 2026-12-12.sh
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-18.sh TI|TK|<a phase of 2026-12-17.sh>
+# Order (1,800 s): the bundle's last part with TI (LIMIT=450), SB0 (LIMIT=340), TK (LIMIT=540), then
+# TU (issue 23) with what is left. Send each call within seconds of the last reply: the machine is
+# reset ~30 s after a call ends (and /tmp/dg-jit with it: TK needs SB0 on the same machine).
+set -u
+phase=$1
+here=$(dirname "$0")
+case $phase in TI | TK) ;; *) exec bash "$here/2026-12-17.sh" "$phase" ;; esac
+source "$here/phase-lib.sh"
+phase_begin
+unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES # the defaults
+export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
+fmt=w8a8_int8 extra=""
+if [ "$phase" = TK ]; then
+    fmt=block_fp8 extra="--warm"
+    ls /tmp/dg-jit >/dev/null || echo "no DeepGEMM cache: run SB0 first on this machine"
+fi
+run startup-ttft-3 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format "$fmt" \
+    --out "$O/$fmt" --settle 30 --repeats 60 --gap 0.5 --pin --order off,ctl,on --cache-of ctl=off $extra
+grep -h "CPU sets" "$O/startup-ttft-3.log"
+sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-3.log" | head -24
+grep -q '^qwen3-8b' "$O/startup-ttft-3.log" || grep -A10 "TTFT so far" "$O/startup-ttft-3.log"
+grep -rhoE "Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s" \
+    "$O" --include='*.log' | cut -c1-480
+phase_end
