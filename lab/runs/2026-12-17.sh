@@ -17,7 +17,8 @@
 #   TP   the same pinned, plugin off vs on (the defaults): issue 20's TTFT criterion, if TA is even.
 #   T3   TA and TP in one run (2026-12-04, sixth session): three engines pinned, off / ctl (plugin-free)
 #        / on (the defaults), 4 CPUs each, every order of the three in turn, 60 rounds 0.5 s apart;
-#        ctl/off is the A/A control and on/off the measurement, on the same machine state
+#        ctl/off is the A/A control and on/off the measurement, on the same machine state (this T3
+#        shadows 2026-12-13.sh's T3, the fourth session's grid search: call that file for it)
 #        Read only TTFT from TA / TP: on ~7 CPUs per engine, HL_PRECOMPILE_PROCESSES=auto starts 3
 #        workers (not 8) and Inductor's compile threads drop too, so their start-up is not a user's
 #   TB   issue 23: the Block_FP8 grid search on two more shipped models (Llama-3.1-8B, then Qwen3-14B;
