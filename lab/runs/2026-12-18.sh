@@ -17,7 +17,7 @@
 #   other phases: as in 2026-12-17.sh (SB1, SI, SF, TA, TP, T3, TB) and through it 2026-12-16.sh,
 #        2026-12-15.sh (TU for issue 23, ...), 2026-12-12.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
-#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-18.sh TI|TK|<a phase of 2026-12-17.sh>
+#   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-18.sh TI|TK|T2|<a phase of 2026-12-17.sh>
 # Order (1,800 s): the bundle's last part with TI (LIMIT=450), SB0 (LIMIT=340), TK (LIMIT=540), then
 # TU (issue 23) or, on a second machine of kind nvidia-h200-x2, T2 with what is left (~400 s). Send each call within seconds of the last reply: the machine is
 # reset ~30 s after a call ends (and /tmp/dg-jit with it: TK needs SB0 on the same machine).
