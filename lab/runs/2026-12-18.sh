@@ -19,8 +19,9 @@
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-18.sh TI|TK|T2|<a phase of 2026-12-17.sh>
 # Order (1,800 s): the bundle's last part with TI (LIMIT=450), SB0 (LIMIT=340), TK (LIMIT=540), then
-# TU (issue 23) or, on a second machine of kind nvidia-h200-x2, T2 with what is left (~400 s). Send each call within seconds of the last reply: the machine is
-# reset ~30 s after a call ends (and /tmp/dg-jit with it: TK needs SB0 on the same machine).
+# TU (issue 23) or, on a second machine of kind nvidia-h200-x2, T2 with what is left (~400 s).
+# Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends
+# (and /tmp/dg-jit with it: TK needs SB0 on the same machine).
 set -u
 phase=$1
 here=$(dirname "$0")
@@ -34,21 +35,18 @@ if [ "$phase" = T2 ]; then
         --tensor-parallel-size 2 --timeout 300
     HL_PRECOMPILE_PROCESSES=4 e2e e2e-8b-fp8-tp2-pool qwen3-8b fp8_dynamic 1 --plugins on --repeats 1 \
         --concurrency 1 --tensor-parallel-size 2 --timeout 300
-    grep -rhoE "HL_PRECOMPILE_PROCESSES=auto: .*|Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s.*\(TP 2\)" \
-        "$O" --include='*.log' | cut -c1-480
-    phase_end
-    exit 0
+else
+    fmt=w8a8_int8 extra=""
+    if [ "$phase" = TK ]; then
+        fmt=block_fp8 extra="--warm"
+        ls /tmp/dg-jit >/dev/null || echo "no DeepGEMM cache: run SB0 first on this machine"
+    fi
+    run startup-ttft-3 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format "$fmt" \
+        --out "$O/$fmt" --settle 30 --repeats 60 --gap 0.5 --pin --order off,ctl,on --cache-of ctl=off $extra
+    grep -h "CPU sets" "$O/startup-ttft-3.log"
+    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-3.log" | head -24
+    grep -q '^qwen3-8b' "$O/startup-ttft-3.log" || grep -A10 "TTFT so far" "$O/startup-ttft-3.log"
 fi
-fmt=w8a8_int8 extra=""
-if [ "$phase" = TK ]; then
-    fmt=block_fp8 extra="--warm"
-    ls /tmp/dg-jit >/dev/null || echo "no DeepGEMM cache: run SB0 first on this machine"
-fi
-run startup-ttft-3 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format "$fmt" \
-    --out "$O/$fmt" --settle 30 --repeats 60 --gap 0.5 --pin --order off,ctl,on --cache-of ctl=off $extra
-grep -h "CPU sets" "$O/startup-ttft-3.log"
-sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-3.log" | head -24
-grep -q '^qwen3-8b' "$O/startup-ttft-3.log" || grep -A10 "TTFT so far" "$O/startup-ttft-3.log"
-grep -rhoE "Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s" \
+grep -rhoE "HL_PRECOMPILE_PROCESSES=auto: .*|Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s.*" \
     "$O" --include='*.log' | cut -c1-480
 phase_end

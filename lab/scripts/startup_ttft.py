@@ -37,7 +37,8 @@ defaults to 0.84 split over the engines. ``--cache-of ctl=off`` starts ``ctl`` o
 start-up table then compares a warm engine with cold ones).
 
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
---out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--pin] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
+--out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--pin] [--order off,ctl,on]
+[--cache-of ctl=off] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
 the lengths' pairs interleave, ``--gap`` seconds apart; writes
 ``DIR/startup_ttft.json`` and prints a table.
 """
