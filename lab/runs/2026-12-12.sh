@@ -58,7 +58,7 @@ TU)
     HL_CONFIG_DIR="$O/grid" run kb-tuned 100 python3 -m hltools bench kernels \
         --model "$O/qwen2.5-7b/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
         --output "$O/kb-tuned"
-    tail -2 "$O/kb-nearest.log" "$O/kb-tuned.log"
+    tail -n 2 "$O/kb-nearest.log" "$O/kb-tuned.log"
     ;;
 esac
 phase_end

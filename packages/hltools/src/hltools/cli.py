@@ -1,4 +1,4 @@
-"""The ``hltools`` app: ``validate``, ``autotune``, ``bench kernels|e2e|report|gap|merge-e2e|aux-configs``
+"""The ``hltools`` app: ``validate``, ``autotune``, ``bench kernels|e2e|report|gap|compare|merge-e2e|aux-configs``
 and ``configs from-bench``, one module per command (:mod:`hltools.commands`), with the shared
 options of :mod:`hltools.options`.
 """
@@ -10,6 +10,7 @@ import typer
 from hltools.commands import (
     autotune,
     bench_aux_configs,
+    bench_compare,
     bench_e2e,
     bench_gap,
     bench_kernels,
@@ -28,7 +29,8 @@ app = typer.Typer(
 bench_app = typer.Typer(
     help="Benchmarks: Helion vs vLLM's default kernels per shape (`kernels`), a vLLM engine with and "
     "without the plugin (`e2e`), tables and plots from saved results (`report`), where Helion misses a "
-    "target speedup and what it would need (`gap`), how far the aux kernels' generic configs are from the best "
+    "target speedup and what it would need (`gap`), two kernel runs of a model as decode steps, each layer as the plugin "
+    "would dispatch it (`compare`), how far the aux kernels' generic configs are from the best "
     "per shape in a saved config sweep (`aux-configs`).",
     no_args_is_help=True,
     add_completion=False,
@@ -50,4 +52,5 @@ bench_app.command()(bench_e2e.e2e)
 bench_app.command()(bench_report.report)
 bench_app.command("merge-e2e")(bench_merge_e2e.merge_e2e)
 bench_app.command()(bench_gap.gap)
+bench_app.command()(bench_compare.compare)
 bench_app.command("aux-configs")(bench_aux_configs.aux_configs)

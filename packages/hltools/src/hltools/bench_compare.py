@@ -1,0 +1,202 @@
+"""Two ``hltools bench kernels`` runs of one model compared as a decode step (``hltools bench compare``).
+
+What tuning bought a model is the time of its decode step, not a geomean over shapes: per (model,
+format, TP, M), the GEMMs of one decoder layer (each linear layer of the runs once; a decode step runs
+every decoder layer, so the ratios hold for the whole step), each layer at the time the plugin would
+spend on it. That time is the run's Helion time or its vLLM time, by the rules of
+:func:`hlvllm.routing.decide` applied to the run's own measurements:
+
+- the Helion row's config came from an exact key of the config file (``exact ...``): Helion, unless
+  the key is marked fallback (``exact (marked fallback) ...``), then vLLM's kernel;
+- any other source (``nearest``, ``heuristic``: the picker reused or made up a config): the speed
+  guard's rule, Helion only when its time is at most vLLM's / :data:`GUARD_MARGIN` (a 2 % win),
+  else vLLM's kernel. The guard times the shape itself at start-up; this uses the run's times, so
+  it is the guard's rule, not its exact verdict;
+- a Helion row that did not run or was out of tolerance (``ok`` false): vLLM's kernel.
+
+The two runs are separate processes, so their vLLM times differ by the machine's drift: ``after vs
+before`` is the plain ratio of the two step times, ``normalized`` divides each step by its own run's
+vLLM step first (``(before / vllm_before) / (after / vllm_after)``), which cancels a drift common to
+both kernels. Pure Python (no torch).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from hltools.kernel_results import BenchResult
+from hltools.results import ResultTable, cell
+
+#: The speed guard's margin (:data:`hlvllm.guard.MARGIN`; a test keeps the two equal).
+GUARD_MARGIN = 1.02
+
+#: The dispatch rules, as the markdown report states them.
+RULES = (
+    "Each layer runs as the plugin would dispatch it, by this run's own times: an exact tuned key runs "
+    "Helion (vLLM's kernel where the key is marked fallback); a nearest or heuristic config runs Helion "
+    f"only when its time is at most vLLM's / {GUARD_MARGIN} (the speed guard's rule, not its own timing); a Helion "
+    "row that did not run or was out of tolerance runs vLLM's kernel. 'normalized' divides each step by "
+    "its own run's vLLM step first."
+)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One linear layer at one M as the plugin would run it: ``us`` (µs per call) from ``path``
+    (``"helion"`` or ``"vllm"``), and ``vllm_us`` the same run's vLLM time."""
+
+    layer: str
+    path: str
+    us: float
+    vllm_us: float
+
+
+def dispatched(helion: BenchResult | None, vllm: BenchResult) -> Layer:
+    """The time the plugin would spend on one layer (the rules in the module docstring). Raises
+    ValueError when ``vllm`` has no time."""
+    if vllm.median_us is None:
+        raise ValueError(f"{vllm.layer} M={vllm.m}: vLLM's row has no time")
+    v = vllm.median_us
+    if helion is None or not helion.ok or helion.median_us is None:
+        return Layer(vllm.layer, "vllm", v, v)
+    h, source = helion.median_us, helion.config
+    if source.startswith("exact"):
+        marked = source.startswith("exact (marked fallback)")
+        return Layer(vllm.layer, "vllm", v, v) if marked else Layer(vllm.layer, "helion", h, v)
+    return Layer(vllm.layer, "helion", h, v) if h * GUARD_MARGIN <= v else Layer(vllm.layer, "vllm", v, v)
+
+
+def step_layers(results: Iterable[BenchResult]) -> dict[tuple[str, str, int, int], dict[str, Layer]]:
+    """Per (model, format, TP, M): each layer with a timed vLLM row, as :func:`dispatched` runs it."""
+    helion: dict[tuple, BenchResult] = {}
+    vllm: dict[tuple, BenchResult] = {}
+    for r in results:
+        key = (r.model, r.format, r.tp, r.m, r.layer)
+        if r.provider == "helion":
+            helion[key] = r
+        elif r.provider == "vllm" and r.median_us is not None:
+            vllm[key] = r
+    steps: dict[tuple[str, str, int, int], dict[str, Layer]] = {}
+    for key, v in vllm.items():
+        steps.setdefault(key[:4], {})[key[4]] = dispatched(helion.get(key), v)
+    return steps
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One (model, format, TP, M) of both runs, over the layers timed in both."""
+
+    model: str
+    format: str
+    tp: int
+    m: int
+    layers: tuple[str, ...]
+    before_us: float
+    after_us: float
+    vllm_before_us: float
+    vllm_after_us: float
+    helion_before: int  # layers on Helion
+    helion_after: int
+
+    @property
+    def gain(self) -> float:
+        """before / after (> 1: the after run's step is faster)."""
+        return self.before_us / self.after_us
+
+    @property
+    def gain_normalized(self) -> float:
+        """(before / its vLLM) / (after / its vLLM)."""
+        return (self.before_us / self.vllm_before_us) / (self.after_us / self.vllm_after_us)
+
+
+def compare(before: Iterable[BenchResult], after: Iterable[BenchResult]) -> tuple[list[StepRow], list[str]]:
+    """The step rows of the (model, format, TP, M) both runs timed, and notes on what only one run
+    has (a layer or a whole step). Rows sorted by model, format, TP, M."""
+    a, b = step_layers(before), step_layers(after)
+    rows, notes = [], []
+    for key in sorted(set(a) | set(b)):
+        if key not in a or key not in b:
+            notes.append(
+                f"{key[0]} {key[1]} tp{key[2]} M={key[3]}: only in the {'before' if key in a else 'after'} run"
+            )
+            continue
+        layers = sorted(set(a[key]) & set(b[key]))
+        if set(a[key]) != set(b[key]):
+            notes.append(f"{key[0]} {key[1]} tp{key[2]} M={key[3]}: layers of one run only left out")
+        if not layers:
+            continue
+        la, lb = [a[key][n] for n in layers], [b[key][n] for n in layers]
+        rows.append(
+            StepRow(
+                *key,
+                layers=tuple(layers),
+                before_us=sum(x.us for x in la),
+                after_us=sum(x.us for x in lb),
+                vllm_before_us=sum(x.vllm_us for x in la),
+                vllm_after_us=sum(x.vllm_us for x in lb),
+                helion_before=sum(x.path == "helion" for x in la),
+                helion_after=sum(x.path == "helion" for x in lb),
+            )
+        )
+    return rows, notes
+
+
+def step_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
+    """One row per (model, format, TP, M)."""
+    columns = [
+        "model",
+        "format",
+        "TP",
+        "M",
+        f"{before} µs",
+        f"{after} µs",
+        "vLLM µs (both runs)",
+        "Helion layers",
+        f"{after} vs {before}",
+        "normalized",
+        f"{after} vs vLLM",
+    ]
+    out = []
+    for r in rows:
+        n = len(r.layers)
+        out.append(
+            [
+                r.model,
+                r.format,
+                f"tp{r.tp}",
+                str(r.m),
+                cell(r.before_us, ".1f"),
+                cell(r.after_us, ".1f"),
+                f"{r.vllm_before_us:.1f} / {r.vllm_after_us:.1f}",
+                f"{r.helion_before}/{n} → {r.helion_after}/{n}",
+                cell(r.gain, ".3f"),
+                cell(r.gain_normalized, ".3f"),
+                cell(r.vllm_after_us / r.after_us, ".3f"),
+            ]
+        )
+    title = f"decode step: the GEMMs of one decoder layer as dispatched, {after} vs {before}"
+    return ResultTable(title, columns, out, left=("model", "format"))
+
+
+def summary_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
+    """Per (model, format, TP): the distribution over M of the step gain, plain and normalized."""
+    groups: dict[tuple[str, str, int], list[StepRow]] = {}
+    for r in rows:
+        groups.setdefault((r.model, r.format, r.tp), []).append(r)
+    columns = ["model", "format", "TP", "M values", "gain min", "gain median", "gain max"]
+    columns += ["normalized min", "normalized median", "normalized max", "summed over M"]
+    out = []
+    for (model, fmt, tp), rs in groups.items():
+        g = [r.gain for r in rs]
+        gn = [r.gain_normalized for r in rs]
+        summed = sum(r.before_us for r in rs) / sum(r.after_us for r in rs)
+        out.append(
+            [model, fmt, f"tp{tp}", str(len(rs))]
+            + [cell(x, ".3f") for x in (min(g), statistics.median(g), max(g))]
+            + [cell(x, ".3f") for x in (min(gn), statistics.median(gn), max(gn), summed)]
+        )
+    return ResultTable(
+        f"{after} vs {before}, over M (> 1: {after} faster)", columns, out, left=("model", "format")
+    )

@@ -1,0 +1,80 @@
+"""``hltools bench compare``: two ``bench kernels`` runs of a model as decode steps, each layer as the
+plugin would dispatch it (:mod:`hltools.bench_compare`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hltools import options as opt
+
+Before = Annotated[
+    Path,
+    typer.Argument(
+        help="`kernels.json` of the first `bench kernels` run (or its directory), e.g. without tuned configs."
+    ),
+]
+After = Annotated[
+    Path,
+    typer.Argument(
+        help="`kernels.json` of the second run (or its directory), e.g. with `HL_CONFIG_DIR` set."
+    ),
+]
+Names = Annotated[
+    str, typer.Option(help="The two runs' names in the tables, comma-separated (before,after).")
+]
+Markdown = Annotated[Path | None, typer.Option(help="Also write both tables as markdown here.")]
+
+
+def compare(before: Before, after: After, names: Names = "before,after", markdown: Markdown = None) -> None:
+    """Decode-step GEMM time of two `bench kernels` runs (for instance the configs an untuned model
+    gets, then the file `hltools autotune` wrote, through `HL_CONFIG_DIR`): per (model, format, TP, M),
+    the sum over one decoder layer's linear layers of each layer's time as the plugin would run it.
+    An exact tuned key runs Helion (vLLM's kernel where it is marked fallback); a nearest or heuristic
+    config runs Helion only with a 2 % win over vLLM's kernel in that run (the speed guard's rule).
+    Prints the step per M (plain ratio, and normalized by each run's own vLLM step, which cancels the
+    drift between two processes) and per model and format the spread over M. Needs no GPU. Exits 1
+    when a file cannot be read or the runs share no timed step."""
+    from hltools import bench_compare as c
+    from hltools.kernel_results import read_results
+
+    out = opt.console()
+    labels = [s.strip() for s in names.split(",")]
+    if len(labels) != 2 or not all(labels):
+        out.print(f"[bold red]--names takes two names, before,after; got {names!r}")
+        raise typer.Exit(2)
+    runs = []
+    for path in (before, after):
+        try:
+            runs.append(read_results(path))
+        except (FileNotFoundError, ValueError) as exc:
+            out.print(f"[bold red]{exc}")
+            raise typer.Exit(1) from None
+    try:
+        rows, notes = c.compare(runs[0][1], runs[1][1])
+    except ValueError as exc:
+        out.print(f"[bold red]{exc}")
+        raise typer.Exit(1) from None
+    for note in notes:
+        out.print(f"[yellow]{note}")
+    if not rows:
+        out.print(f"[bold red]{before} and {after} share no (model, format, TP, M) with vLLM timed")
+        raise typer.Exit(1)
+    tables = [c.step_table(rows, *labels), c.summary_table(rows, *labels)]
+    for t in tables:
+        out.print(t.rich())
+    if markdown is not None:
+        from hltools.results import provenance_text, write_text
+
+        lines = [f"# Decode step: {labels[1]} vs {labels[0]}", "", f"Command: `{opt.command_line()}`", ""]
+        for label, (meta, _) in zip(labels, runs, strict=True):
+            lines.append(
+                f"- {label}: {provenance_text(meta) or '(no metadata)'}; `{meta.get('command', '?')}`"
+            )
+        lines += ["", c.RULES, ""]
+        for t in tables:
+            lines += [f"## {t.title}", "", *t.markdown(), ""]
+        write_text(markdown, "\n".join(lines))
+        out.print(f"wrote {markdown}")
