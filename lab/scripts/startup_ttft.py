@@ -27,6 +27,15 @@ On fewer CPUs hlvllm's ``HL_PRECOMPILE_PROCESSES=auto`` starts fewer workers, so
 from a pinned run, not its start-up. The A/A control (2026-12-04: two plugin-free engines side by side 10-12 %
 apart in median TTFT) asks whether host placement is what separates engines on this VM.
 
+``--rotate-lanes`` (with ``--pin``) separates the plugin from the CPUs: pinned engines still differed
+by their sets (2026-12-04, Block_FP8: the plugin-free control read 0.86x the other plugin-free
+engine's median TTFT, its 95 % interval 0.84-0.93). After every full cycle of the round orders the
+engines' sets rotate by one (every thread of each engine core and of its child processes moves:
+``move_process_tree``), so over ``len(order)`` cycles each engine runs equally long on each set (the
+rounds a multiple of cycles x engines; 18 for three). The table then adds, per engine, the
+lane-balanced ratio (per rotation state the engine's median over the first engine's, their geometric
+mean) and prints each lane's median over all engines (the lane effect itself).
+
 ``--order`` names the engines, the first being the baseline every other is compared with; a name
 that starts with ``on`` loads the plugin (unless ``--aa``), any other does not. Three engines,
 ``--order off,ctl,on``, give the A/A control (ctl/off) and the measurement (on/off) in one run, on
@@ -38,7 +47,7 @@ start-up table then compares a warm engine with cold ones).
 
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
 --out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--pin] [--order off,ctl,on]
-[--cache-of ctl=off] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
+[--cache-of ctl=off] [--rotate-lanes] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
 the lengths' pairs interleave, ``--gap`` seconds apart; writes
 ``DIR/startup_ttft.json`` and prints a table.
 """
@@ -50,6 +59,7 @@ import contextlib
 import gc
 import itertools
 import json
+import math
 import os
 import shutil
 import statistics
@@ -154,6 +164,66 @@ def _start_pinned(setting, model_dir, cache, on_env, args, sets):
         return _start(setting, model_dir, cache, on_env, args)
     finally:
         _all_threads_to(sets["driver"])
+
+
+def rotated_sets(sets: dict[str, set[int]], names: list[str], step: int) -> dict[str, set[int]]:
+    """The engines' CPU sets at rotation ``step``: ``names[i]`` takes the set ``names[i + step]``
+    started on (indices modulo the engines; step 0: as started)."""
+    return {name: sets[names[(i + step) % len(names)]] for i, name in enumerate(names)}
+
+
+def lane_of(names: list[str], name: str, step: int) -> str:
+    """The lane (named after the engine that started on that set) ``name`` runs on at ``step``."""
+    return names[(names.index(name) + step) % len(names)]
+
+
+def engine_pids(llm) -> list[int]:
+    """The engine-core process ids of a vLLM 0.26 ``LLM`` (V1, multiprocess client): its
+    ``engine_core.resources.engine_manager.processes``; [] where that chain is missing."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    manager = getattr(getattr(core, "resources", None), "engine_manager", None)
+    return [p.pid for p in getattr(manager, "processes", None) or [] if p.pid]
+
+
+def move_process_tree(pid: int, cpus: set[int]) -> int:
+    """Every thread of process ``pid`` and of all its descendants onto ``cpus``; returns the number
+    of threads moved (one that ended meanwhile is skipped). Threads started later inherit the set
+    of the thread that starts them."""
+    import psutil
+
+    root = psutil.Process(pid)
+    moved = 0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            threads = proc.threads()
+        except psutil.Error:
+            continue
+        for t in threads:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(t.id, cpus)
+                moved += 1
+    return moved
+
+
+def lane_balanced_ratio(samples: dict[str, list[float]], steps: list[int], base: str, other: str) -> float:
+    """Geometric mean over the rotation states in ``steps`` (one per round) of ``other``'s median over
+    ``base``'s median in that state's rounds: a CPU set's bias cancels when each engine ran equally
+    long on each set."""
+    logs = []
+    for k in sorted(set(steps)):
+        rounds = [i for i, st in enumerate(steps) if st == k]
+        med = {e: statistics.median(samples[e][i] for i in rounds) for e in (base, other)}
+        logs.append(math.log(med[other] / med[base]))
+    return math.exp(sum(logs) / len(logs))
+
+
+def lane_medians(samples: dict[str, list[float]], steps: list[int], names: list[str]) -> dict[str, float]:
+    """Per lane, the median TTFT of every engine's samples on it."""
+    on_lane: dict[str, list[float]] = {lane: [] for lane in names}
+    for e in names:
+        for i, x in enumerate(samples[e]):
+            on_lane[lane_of(names, e, steps[i])].append(x)
+    return {lane: statistics.median(v) for lane, v in on_lane.items() if v}
 
 
 def _stop(llm) -> None:
@@ -274,6 +344,13 @@ def _print_ttft(ttft: dict, order: list[str], repeats: int) -> None:
             for s, r in t["slow_run"].items()
         )
         print(f"longest run above the other engine's p80, {n} tokens: {runs}")
+    for n, t in ttft.items():
+        if "lane_balanced" in t:
+            balanced = ", ".join(f"{s}/{order[0]} {r:.3f}" for s, r in t["lane_balanced"].items())
+            lanes = ", ".join(f"{lane}'s {ms:.2f}" for lane, ms in t["lane_median_ms"].items())
+            print(
+                f"{n} tokens, lanes rotated: lane-balanced medians' ratio {balanced}; lane medians (ms) {lanes}"
+            )
 
 
 def main() -> int:
@@ -295,6 +372,11 @@ def main() -> int:
         "--pin",
         action="store_true",
         help="each engine (and its children) on its own CPUs, the driver on two others",
+    )
+    p.add_argument(
+        "--rotate-lanes",
+        action="store_true",
+        help="with --pin: after each cycle of round orders the engines' CPU sets rotate by one",
     )
     p.add_argument("--on-env", action="append", default=[])
     p.add_argument(
@@ -323,6 +405,14 @@ def main() -> int:
     order = args.order.split(",")
     if len(order) < 2 or len(set(order)) != len(order):
         p.error(f"--order needs two or more distinct engine names, got {args.order!r}")
+    if args.rotate_lanes and not args.pin:
+        p.error("--rotate-lanes needs --pin")
+    if args.rotate_lanes and args.repeats % (len(round_orders(order)) * len(order)):
+        print(
+            f"[startup_ttft] --repeats {args.repeats} is not a multiple of {len(round_orders(order)) * len(order)} "
+            "(cycles x engines): the engines spend unequal time on the CPU sets",
+            flush=True,
+        )
     if args.memory is None:
         args.memory = round(0.84 / len(order), 3)
     caches = {s: out / f"cache-{s}" for s in order}
@@ -354,6 +444,11 @@ def main() -> int:
     for s in order:
         engines[s], cold[s] = _start_pinned(s, model_dir, caches[s], on_env, args, sets)
     result["cold_s"] = cold
+    pids = {s: engine_pids(engines[s]) for s in order} if args.rotate_lanes else {}
+    if args.rotate_lanes and not all(pids.values()):
+        missing = [s for s in order if not pids[s]]
+        print(f"[startup_ttft] --rotate-lanes: no engine-core process found for {missing}", flush=True)
+        return 2
     # the engine started last was sampled within a second of its start (2026-12-02 evening: 1.88x
     # at 128 tokens against an engine idle for two minutes, even at 1,024 a moment later); with a
     # 10 s settle, the "on" engine (started last) still ran 25-50 consecutive prefills ~10-16 ms slower
@@ -379,7 +474,19 @@ def main() -> int:
     # seconds (2026-12-03 evening: 100 back-to-back pairs took ~5 s, and one slow stretch in one
     # engine decided the median), so spreading the pairs over minutes averages over those modes.
     orders = round_orders(order)
+    step, steps, moves = 0, [], []
     for i in range(args.repeats):
+        if args.rotate_lanes and i % len(orders) == 0 and (i // len(orders)) % len(order) != step:
+            step = (i // len(orders)) % len(order)
+            now = rotated_sets(sets, order, step)
+            moves.append(
+                {
+                    "round": i,
+                    "step": step,
+                    "threads": {s: sum(move_process_tree(p, now[s]) for p in pids[s]) for s in order},
+                }
+            )
+        steps.append(step)
         for n in args.lens:  # ABBA: which engine goes first alternates (the first call of a pair
             for s in orders[i % len(orders)]:  # ran up to 15 % slower); all orders for 3+
                 t0 = time.perf_counter()
@@ -388,6 +495,8 @@ def main() -> int:
                 stamps[n][s].append(round(t0 - t_start, 3))
         if args.gap > 0:
             time.sleep(args.gap)
+    if args.rotate_lanes:
+        result["rotation"] = {"steps": steps, "moves": moves, "pids": pids}
     for n in args.lens:
         vs = {s: _ratios(samples[n], order[0], s) for s in order[1:]}
         ttft[n] = {
@@ -398,6 +507,16 @@ def main() -> int:
             "p80_ms": {s: _pct(v, 0.8) for s, v in samples[n].items()},
             **vs[order[-1]],  # the last engine against the first (on/off for two)
             "vs": vs,
+            **(
+                {
+                    "lane_balanced": {
+                        s: lane_balanced_ratio(samples[n], steps, order[0], s) for s in order[1:]
+                    },
+                    "lane_median_ms": lane_medians(samples[n], steps, order),
+                }
+                if args.rotate_lanes
+                else {}
+            ),
             # per engine: its longest run above the other engine's 80th percentile (the first
             # engine's against the last's, every other's against the first's)
             "slow_run": {

@@ -2,9 +2,11 @@
 run in ABBA order, the prompt lengths interleave, ``--gap`` sleeps between pairs, and the written
 JSON holds each length's samples with their times and the pair ratios computed from them."""
 
+import contextlib
 import itertools
 import json
 import os
+import signal
 
 import pytest
 
@@ -217,3 +219,134 @@ def test_cache_of_needs_an_earlier_engine_of_the_same_kind(
     monkeypatch.setattr(script.sys, "argv", argv)
     with pytest.raises(SystemExit):
         script.main()
+
+
+def test_rotate_lanes_cancels_a_cpu_sets_bias(script, monkeypatch, tmp_path, restored_environ):
+    """--pin --rotate-lanes with three engines, 18 rounds: after each cycle of six orders the sets
+    rotate by one, so each engine runs six rounds on each set. The fake TTFT is the set's time (lane
+    bias: 10 / 11 / 12 ms) times the engine's own factor (on 1.05, ctl 1.0): the lane-balanced
+    ratio recovers 1.05 and 1.0, while the engines' plain medians carry the bias of where they
+    started; each lane's median is its own time."""
+    lane_ms = {}  # CPU set -> ms
+    factor = {"off": 1.0, "ctl": 1.0, "on": 1.05}
+    where = {}  # pid -> CPU set now
+    moves = []
+
+    class LaneEngine:
+        def __init__(self, name, pid):
+            self.name, self.pid = name, pid
+
+        def generate(self, prompts, sp, use_tqdm=False):
+            clock[0] += lane_ms[where[self.pid]] * factor[self.name] / 1e3
+
+    clock, pid_of = [0.0], {"off": 11, "ctl": 12, "on": 13}
+    affinity = {0: set(range(16))}
+
+    def fake_setaffinity(pid, cpus):
+        if pid == 0:
+            affinity[0] = set(cpus)
+
+    def fake_start(s, *a):
+        where[pid_of[s]] = frozenset(affinity[0])
+        return LaneEngine(s, pid_of[s]), 1.0
+
+    def fake_move(pid, cpus):
+        where[pid] = frozenset(cpus)
+        moves.append((pid, frozenset(cpus)))
+        return 3
+
+    monkeypatch.setattr(script.os, "sched_getaffinity", lambda pid: set(range(14)))
+    monkeypatch.setattr(script.os, "sched_setaffinity", fake_setaffinity)
+    monkeypatch.setattr(script, "_all_threads_to", lambda cpus: None)
+    monkeypatch.setattr(script, "_cores", lambda cpus: [[c] for c in sorted(cpus)])
+    monkeypatch.setattr(script, "_start", fake_start)
+    monkeypatch.setattr(script, "engine_pids", lambda llm: [llm.pid])
+    monkeypatch.setattr(script, "move_process_tree", fake_move)
+    monkeypatch.setattr(script.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(script.time, "sleep", lambda s: None)
+    sets = script.pin_sets(list(range(14)), ["off", "ctl", "on"], [[c] for c in range(14)])
+    for name, ms in zip(["off", "ctl", "on"], [10.0, 11.0, 12.0], strict=True):
+        lane_ms[frozenset(sets[name])] = ms
+    argv = [
+        "startup_ttft.py",
+        "--model",
+        "qwen3-1.7b",
+        "--out",
+        str(tmp_path),
+        "--repeats",
+        "18",
+        "--lens",
+        "8",
+    ]
+    argv += ["--settle", "0", "--pin", "--rotate-lanes", "--order", "off,ctl,on"]
+    monkeypatch.setattr(script.sys, "argv", argv)
+    assert script.main() == 0
+
+    res = json.loads((tmp_path / "startup_ttft.json").read_text())
+    assert res["rotation"]["steps"] == [0] * 6 + [1] * 6 + [2] * 6
+    assert [m["round"] for m in res["rotation"]["moves"]] == [6, 12]
+    assert moves[:3] == [
+        (11, frozenset(sets["ctl"])),
+        (12, frozenset(sets["on"])),
+        (13, frozenset(sets["off"])),
+    ]
+    t8 = res["ttft"]["8"]
+    assert t8["lane_balanced"]["on"] == pytest.approx(1.05)
+    assert t8["lane_balanced"]["ctl"] == pytest.approx(1.0)
+    assert t8["lane_median_ms"]["ctl"] == pytest.approx(11.0)
+    assert t8["lane_median_ms"]["off"] == pytest.approx(10.0)  # 12 samples of 10 ms, 6 of 10.5
+    # each engine ran six rounds on each lane
+    for s in ("off", "ctl", "on"):
+        lanes = [script.lane_of(["off", "ctl", "on"], s, k) for k in res["rotation"]["steps"]]
+        assert sorted(lanes.count(lane) for lane in ("off", "ctl", "on")) == [6, 6, 6]
+
+
+def test_rotate_lanes_needs_pin(script, monkeypatch, tmp_path, restored_environ):
+    argv = ["startup_ttft.py", "--model", "qwen3-1.7b", "--out", str(tmp_path), "--rotate-lanes"]
+    monkeypatch.setattr(script.sys, "argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        script.main()
+    assert exc.value.code == 2
+
+
+def test_lane_balanced_ratio_and_rotated_sets(script):
+    names = ["a", "b"]
+    sets = {"a": {0}, "b": {1}}
+    assert script.rotated_sets(sets, names, 1) == {"a": {1}, "b": {0}}
+    assert script.rotated_sets(sets, names, 2) == sets
+    # state 0: b/a = 2, state 1: b/a = 0.5 -> geometric mean 1
+    samples = {"a": [1.0, 1.0, 4.0, 4.0], "b": [2.0, 2.0, 2.0, 2.0]}
+    assert script.lane_balanced_ratio(samples, [0, 0, 1, 1], "a", "b") == pytest.approx(1.0)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux affinity calls")
+def test_move_process_tree_moves_every_thread_of_a_child_and_grandchild(script, tmp_path):
+    """A real child (two threads) with a grandchild: every thread of both ends on one CPU."""
+    import subprocess
+    import sys
+    import time
+
+    cpu = min(os.sched_getaffinity(0))
+    code = (
+        "import subprocess, threading, time, sys\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "print(g.pid, flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    grandchild = None
+    try:
+        grandchild = int(child.stdout.readline())
+        time.sleep(0.2)
+        moved = script.move_process_tree(child.pid, {cpu})
+        tids = [(p, t) for p in (child.pid, grandchild) for t in os.listdir(f"/proc/{p}/task")]
+        assert moved == len(tids) and len(tids) >= 3
+        for _, tid in tids:
+            assert os.sched_getaffinity(int(tid)) == {cpu}
+    finally:
+        if grandchild is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(grandchild, signal.SIGKILL)
+        child.kill()
+        child.wait()
