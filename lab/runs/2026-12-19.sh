@@ -53,8 +53,9 @@ TU2)
     HL_CONFIG_DIR="$O/grid" run kb-tuned 100 python3 -m hltools bench kernels \
         --model "$O/qwen2.5-14b/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
         --output "$O/kb-tuned"
-    python3 -m hltools bench compare "$O/kb-nearest" "$O/kb-tuned" --names nearest,tuned \
-        --markdown "$O/compare.md" 2>&1 | tail -8
+    run compare 60 python3 -m hltools bench compare "$O/kb-nearest" "$O/kb-tuned" --names nearest,tuned \
+        --markdown "$O/compare.md"
+    tail -n 12 "$O/compare.log"
     ;;
 esac
 grep -rhoE "HL_PRECOMPILE_PROCESSES=auto: .*|Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s.*" \
