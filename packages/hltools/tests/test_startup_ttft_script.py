@@ -350,3 +350,14 @@ def test_move_process_tree_moves_every_thread_of_a_child_and_grandchild(script, 
                 os.kill(grandchild, signal.SIGKILL)
         child.kill()
         child.wait()
+
+
+def test_engine_pids_follow_vllm_026s_attribute_chain(script):
+    """LLM.llm_engine.engine_core.resources.engine_manager.processes (vLLM 0.26's V1 multiprocess
+    client, CoreEngineProcManager); an in-process engine has none."""
+    from types import SimpleNamespace as NS
+
+    manager = NS(processes=[NS(pid=41), NS(pid=None), NS(pid=42)])
+    llm = NS(llm_engine=NS(engine_core=NS(resources=NS(engine_manager=manager))))
+    assert script.engine_pids(llm) == [41, 42]
+    assert script.engine_pids(NS(llm_engine=NS(engine_core=NS()))) == []
