@@ -8,7 +8,9 @@
 #   TR   FMT=<format>: three engines off / ctl / on pinned to 4 CPUs each, ctl on off's caches, the
 #        CPU sets rotated by one after every cycle of the six round orders (--rotate-lanes: each
 #        engine runs equally long on each set), 72 rounds 0.5 s apart (four cycles per rotation
-#        state). Reads the lane-balanced on/off ratio next to the A/A's, and each set's median
+#        state). Reads the lane-balanced on/off ratio next to the A/A's, and each set's median; with
+#        --engine-times also each request's prefill inside the engine core (vLLM's stats:
+#        first_token_ts - scheduled_ts, without the client and the IPC), the same ratios
 #   TU2  issue 23's second model outside the shipped file: Qwen2.5-14B FP8_Dynamic grid-tuned (28
 #        keys; its qkv and o shapes are Qwen3-14B's, so exact keys there), then bench kernels
 #        without and with the tuned file; `hltools bench compare` afterwards on the CPU
@@ -34,10 +36,10 @@ case $phase in
 TR-*)
     [ "$FMT" = block_fp8 ] && { ls /tmp/dg-jit >/dev/null || echo "no DeepGEMM cache: run SB0 first on this machine"; }
     run startup-ttft-rot python3 lab/scripts/startup_ttft.py --model qwen3-8b --format "$FMT" \
-        --out "$O/$FMT" --settle 30 --repeats 72 --gap 0.5 --pin --rotate-lanes --order off,ctl,on \
-        --cache-of ctl=off
+        --out "$O/$FMT" --settle 30 --repeats 72 --gap 0.5 --pin --rotate-lanes --engine-times \
+        --order off,ctl,on --cache-of ctl=off
     grep -h "CPU sets\|not a multiple\|no engine-core" "$O/startup-ttft-rot.log"
-    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-rot.log" | head -24
+    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-rot.log" | head -34
     grep -q '^qwen3-8b' "$O/startup-ttft-rot.log" || grep -A12 "TTFT so far" "$O/startup-ttft-rot.log"
     ;;
 TU2)

@@ -36,6 +36,11 @@ rounds a multiple of cycles x engines; 18 for three). The table then adds, per e
 lane-balanced ratio (per rotation state the engine's median over the first engine's, their geometric
 mean) and prints each lane's median over all engines (the lane effect itself).
 
+``--engine-times`` also reads each request's prefill time inside the engine core (vLLM's stats,
+``first_token_ts - scheduled_ts``: the forward's host and GPU time and the sampling, without the
+client, the IPC and the queue, which a one-token generate's wall time also carries). The plugin
+could only change what happens there; the engines then log stats (both alike).
+
 ``--order`` names the engines, the first being the baseline every other is compared with; a name
 that starts with ``on`` loads the plugin (unless ``--aa``), any other does not. Three engines,
 ``--order off,ctl,on``, give the A/A control (ctl/off) and the measurement (on/off) in one run, on
@@ -47,7 +52,7 @@ start-up table then compares a warm engine with cold ones).
 
 Usage (GPU machine): ``python3 lab/scripts/startup_ttft.py --model qwen3-8b --format fp8_dynamic
 --out DIR [--repeats 40] [--lens 128,1024] [--gap 1] [--warm] [--aa] [--pin] [--order off,ctl,on]
-[--cache-of ctl=off] [--rotate-lanes] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
+[--cache-of ctl=off] [--rotate-lanes] [--engine-times] [--on-env HL_PRECOMPILE_PROCESSES=8]``;
 the lengths' pairs interleave, ``--gap`` seconds apart; writes
 ``DIR/startup_ttft.json`` and prints a table.
 """
@@ -102,6 +107,7 @@ def _start(setting, model_dir, cache, on_env, args):
         enable_prefix_caching=False,
         gpu_memory_utilization=args.memory,
         seed=0,
+        disable_log_stats=not getattr(args, "engine_times", False),
     )
     seconds = time.perf_counter() - t0
     print(f"[startup_ttft] {setting}: engine ready in {seconds:.1f} s", flush=True)
@@ -226,6 +232,36 @@ def lane_medians(samples: dict[str, list[float]], steps: list[int], names: list[
     return {lane: statistics.median(v) for lane, v in on_lane.items() if v}
 
 
+def engine_prefill_ms(outputs) -> float:
+    """The prefill time of a one-request generate inside the engine core, in ms: vLLM's
+    ``RequestOutput.metrics`` (``RequestStateStats``, engine-core monotonic timestamps; present when
+    the engine logs stats), ``first_token_ts - scheduled_ts``: the forward's host and GPU time and
+    the sampling, without the client, the IPC or the queue (vLLM's own ``prefill_time``). Raises
+    ValueError when the output carries no such stats."""
+    metrics = getattr(outputs[0], "metrics", None) if outputs else None
+    first, scheduled = getattr(metrics, "first_token_ts", 0.0), getattr(metrics, "scheduled_ts", 0.0)
+    if not (first and scheduled):
+        raise ValueError("--engine-times: the output has no engine-core timestamps (are stats logged?)")
+    return 1e3 * (first - scheduled)
+
+
+def _engine_prefill(samples: dict[str, list[float]], steps: list[int], order: list[str], args) -> dict:
+    """The --engine-times samples of one prompt length: medians, p20/p80, each engine against the
+    first (pair ratios; lane-balanced with --rotate-lanes)."""
+    return {
+        "samples_ms": samples,
+        "median_ms": {s: statistics.median(v) for s, v in samples.items()},
+        "p20_ms": {s: _pct(v, 0.2) for s, v in samples.items()},
+        "p80_ms": {s: _pct(v, 0.8) for s, v in samples.items()},
+        "vs": {s: _ratios(samples, order[0], s) for s in order[1:]},
+        **(
+            {"lane_balanced": {s: lane_balanced_ratio(samples, steps, order[0], s) for s in order[1:]}}
+            if args.rotate_lanes
+            else {}
+        ),
+    }
+
+
 def _stop(llm) -> None:
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
@@ -344,6 +380,23 @@ def _print_ttft(ttft: dict, order: list[str], repeats: int) -> None:
             for s, r in t["slow_run"].items()
         )
         print(f"longest run above the other engine's p80, {n} tokens: {runs}")
+    if any("engine_prefill" in t for t in ttft.values()):
+        print(
+            f"\n| prompt | engine | prefill in the engine core ms (p20-p80) | {a} ms (p20-p80) | medians' ratio "
+            "| pair ratio median (p20-p80) | its 95 % interval | lane-balanced |"
+        )
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for n, t in ttft.items():
+            e = t["engine_prefill"]
+            med, lo, hi = e["median_ms"], e["p20_ms"], e["p80_ms"]
+            for b, r in e["vs"].items():
+                pr, ci = r["pair_ratio_p20_p80"], r["pair_ratio_median_ci95"]
+                lb = e.get("lane_balanced", {}).get(b)
+                print(
+                    f"| {n} | {b} | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | "
+                    f"{med[b] / med[a]:.3f} | {r['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
+                    f"{ci[0]:.3f}-{ci[1]:.3f} | {'-' if lb is None else f'{lb:.3f}'} |"
+                )
     for n, t in ttft.items():
         if "lane_balanced" in t:
             balanced = ", ".join(f"{s}/{order[0]} {r:.3f}" for s, r in t["lane_balanced"].items())
@@ -377,6 +430,12 @@ def main() -> int:
         "--rotate-lanes",
         action="store_true",
         help="with --pin: after each cycle of round orders the engines' CPU sets rotate by one",
+    )
+    p.add_argument(
+        "--engine-times",
+        action="store_true",
+        help="also read each request's prefill time inside the engine core (vLLM's stats: "
+        "first_token_ts - scheduled_ts; the engines log stats)",
     )
     p.add_argument("--on-env", action="append", default=[])
     p.add_argument(
@@ -466,6 +525,7 @@ def main() -> int:
     }
     samples = {n: {s: [] for s in order} for n in args.lens}
     stamps = {n: {s: [] for s in order} for n in args.lens}
+    prefill = {n: {s: [] for s in order} for n in args.lens}  # --engine-times
     for n in args.lens:  # warm-up: first prefills at this length
         for _ in range(2):
             for s in order:
@@ -490,9 +550,11 @@ def main() -> int:
         for n in args.lens:  # ABBA: which engine goes first alternates (the first call of a pair
             for s in orders[i % len(orders)]:  # ran up to 15 % slower); all orders for 3+
                 t0 = time.perf_counter()
-                engines[s].generate(prompts[n], sp, use_tqdm=False)
+                outputs = engines[s].generate(prompts[n], sp, use_tqdm=False)
                 samples[n][s].append(1e3 * (time.perf_counter() - t0))
                 stamps[n][s].append(round(t0 - t_start, 3))
+                if args.engine_times:
+                    prefill[n][s].append(engine_prefill_ms(outputs))
         if args.gap > 0:
             time.sleep(args.gap)
     if args.rotate_lanes:
@@ -515,6 +577,11 @@ def main() -> int:
                     "lane_median_ms": lane_medians(samples[n], steps, order),
                 }
                 if args.rotate_lanes
+                else {}
+            ),
+            **(
+                {"engine_prefill": _engine_prefill(prefill[n], steps, order, args)}
+                if args.engine_times
                 else {}
             ),
             # per engine: its longest run above the other engine's 80th percentile (the first

@@ -361,3 +361,49 @@ def test_engine_pids_follow_vllm_026s_attribute_chain(script):
     llm = NS(llm_engine=NS(engine_core=NS(resources=NS(engine_manager=manager))))
     assert script.engine_pids(llm) == [41, 42]
     assert script.engine_pids(NS(llm_engine=NS(engine_core=NS()))) == []
+
+
+def test_engine_times_read_the_prefill_inside_the_engine_core(
+    script, monkeypatch, tmp_path, restored_environ
+):
+    """--engine-times: each generate's RequestOutput.metrics gives first_token_ts - scheduled_ts.
+    The fake engines' wall time carries a client part that differs by engine (on +30 %), their
+    engine-core prefill does not differ (4.0 ms both): the prefill table reads 1.0 where the TTFT
+    table reads the client's difference."""
+    from types import SimpleNamespace as NS
+
+    clock = [0.0]
+
+    class StatsEngine:
+        def __init__(self, name):
+            self.name = name
+
+        def generate(self, prompts, sp, use_tqdm=False):
+            n = len(prompts[0]["prompt_token_ids"])
+            scheduled = clock[0] + 0.001
+            clock[0] += {"off": 0.010, "on": 0.013}[self.name]
+            return [NS(metrics=NS(scheduled_ts=scheduled, first_token_ts=scheduled + 0.004 * n / 8))]
+
+    monkeypatch.setattr(script, "_start", lambda s, *a: (StatsEngine(s), 1.0))
+    monkeypatch.setattr(script.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(script.time, "sleep", lambda s: None)
+    argv = ["startup_ttft.py", "--model", "qwen3-1.7b", "--out", str(tmp_path), "--repeats", "4"]
+    monkeypatch.setattr(script.sys, "argv", argv + ["--lens", "8,16", "--settle", "0", "--engine-times"])
+    assert script.main() == 0
+    res = json.loads((tmp_path / "startup_ttft.json").read_text())
+    for n, ms in (("8", 4.0), ("16", 8.0)):
+        e = res["ttft"][n]["engine_prefill"]
+        assert e["median_ms"] == pytest.approx({"off": ms, "on": ms})
+        assert e["vs"]["on"]["pair_ratio_median"] == pytest.approx(1.0)
+        assert res["ttft"][n]["pair_ratio_median"] == pytest.approx(1.3)
+        assert len(e["samples_ms"]["on"]) == 4
+
+
+def test_engine_prefill_ms_needs_the_stats(script):
+    from types import SimpleNamespace as NS
+
+    assert script.engine_prefill_ms(
+        [NS(metrics=NS(scheduled_ts=2.0, first_token_ts=2.005))]
+    ) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="no engine-core timestamps"):
+        script.engine_prefill_ms([NS(metrics=None)])
