@@ -46,19 +46,27 @@ SC2)
         "$O/startup-cold-SC2.log" | cut -c1-160
     ;;
 TU)
-    mkdir -p "$O/qwen2.5-7b"  # Qwen/Qwen2.5-7B-Instruct's config.json, the fields hltools reads
-    echo '{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+    # TU_MODEL / TU_CONFIG (a name and its config.json's fields) tune another model
+    # (2026-12-19.sh TU2); the default is what ran here, Qwen/Qwen2.5-7B-Instruct
+    m=${TU_MODEL:-qwen2.5-7b}
+    cfg='{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
 "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
-"num_hidden_layers": 28, "vocab_size": 152064, "torch_dtype": "bfloat16"}' >"$O/qwen2.5-7b/config.json"
-    run grid-q25-7b 330 python3 -m hltools autotune --model "$O/qwen2.5-7b/config.json" \
+"num_hidden_layers": 28, "vocab_size": 152064, "torch_dtype": "bfloat16"}'
+    mkdir -p "$O/$m"
+    echo "${TU_CONFIG:-$cfg}" >"$O/$m/config.json"
+    run "grid-$m" 330 python3 -m hltools autotune --model "$O/$m/config.json" \
         --formats fp8_dynamic --effort grid --output "$O/grid"
-    tail -14 "$O/grid-q25-7b.log"
-    run kb-nearest 100 python3 -m hltools bench kernels --model "$O/qwen2.5-7b/config.json" \
+    tail -14 "$O/grid-$m.log"
+    run kb-nearest 100 python3 -m hltools bench kernels --model "$O/$m/config.json" \
         --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 --output "$O/kb-nearest"
     HL_CONFIG_DIR="$O/grid" run kb-tuned 100 python3 -m hltools bench kernels \
-        --model "$O/qwen2.5-7b/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
+        --model "$O/$m/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
         --output "$O/kb-tuned"
     tail -n 2 "$O/kb-nearest.log" "$O/kb-tuned.log"
+    # added after the 2026-12-04 seventh session's run (which compared on the CPU afterwards)
+    run compare 60 python3 -m hltools bench compare "$O/kb-nearest" "$O/kb-tuned" --names nearest,tuned \
+        --markdown "$O/compare.md"
+    tail -n 12 "$O/compare.log"
     ;;
 esac
 phase_end

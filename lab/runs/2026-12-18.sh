@@ -37,15 +37,8 @@ if [ "$phase" = T2 ]; then
         --concurrency 1 --tensor-parallel-size 2 --timeout 300
 else
     fmt=w8a8_int8 extra=""
-    if [ "$phase" = TK ]; then
-        fmt=block_fp8 extra="--warm"
-        ls /tmp/dg-jit >/dev/null || echo "no DeepGEMM cache: run SB0 first on this machine"
-    fi
-    run startup-ttft-3 python3 lab/scripts/startup_ttft.py --model qwen3-8b --format "$fmt" \
-        --out "$O/$fmt" --settle 30 --repeats 60 --gap 0.5 --pin --order off,ctl,on --cache-of ctl=off $extra
-    grep -h "CPU sets" "$O/startup-ttft-3.log"
-    sed -n '/^qwen3-8b/,$p' "$O/startup-ttft-3.log" | head -24
-    grep -q '^qwen3-8b' "$O/startup-ttft-3.log" || grep -A10 "TTFT so far" "$O/startup-ttft-3.log"
+    [ "$phase" = TK ] && fmt=block_fp8 extra="--warm"
+    ttft3 startup-ttft-3 "$fmt" --repeats 60 $extra
 fi
 grep -rhoE "HL_PRECOMPILE_PROCESSES=auto: .*|Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s.*" \
     "$O" --include='*.log' | cut -c1-480

@@ -4,6 +4,8 @@
 #   phase_end       lanes summary and e2e tables printed; $RES/$phase packed into $OUT/$phase.tgz
 #   e2e NAME MODEL FORMAT ROUNDS [hltools bench e2e args]    one bench e2e run (5 repeats, 240 s/engine)
 #   kb NAME MODELS FORMATS                                    one bench kernels run
+#   ttft3 NAME FORMAT [startup_ttft.py args]   three Qwen3-8B engines off / ctl / on pinned, ctl on
+#                   off's caches (lab/scripts/startup_ttft.py), its tables printed
 #   left            seconds left of the phase's LIMIT
 #   run NAME [TIMEOUT] CMD...
 #                   run CMD limited to TIMEOUT or to what is left of the phase (whichever is less;
@@ -45,4 +47,15 @@ e2e() {
 }
 kb() {
     run "$1" python3 -m hltools bench kernels --model "$2" --formats "$3" --no-plots --jobs 8 --output "$O/$1"
+}
+ttft3() {
+    local name=$1 fmt=$2; shift 2
+    if [ "$fmt" = block_fp8 ]; then
+        ls /tmp/dg-jit >/dev/null || echo "no DeepGEMM cache: run SB0 first on this machine"
+    fi
+    run "$name" python3 lab/scripts/startup_ttft.py --model qwen3-8b --format "$fmt" --out "$O/$fmt" \
+        --settle 30 --gap 0.5 --pin --order off,ctl,on --cache-of ctl=off "$@"
+    grep -h "CPU sets\|not a multiple\|no engine-core" "$O/$name.log"
+    sed -n '/^qwen3-8b/,$p' "$O/$name.log" | head -34
+    grep -q '^qwen3-8b' "$O/$name.log" || grep -A12 "TTFT so far" "$O/$name.log"
 }
