@@ -120,8 +120,11 @@ def test_cli_prints_and_writes_markdown_and_exits_on_bad_input(tmp_path):
     text = md.read_text()
     assert "- nearest: gpu NVIDIA H200; `bench a`" in text and "- tuned: gpu NVIDIA H200; `bench b`" in text
     assert f"| tiny | fp8_dynamic | tp1 | 8 | 33.0 | 30.0 | 33.0 / 33.0 | 0/2 → 2/2 | {33 / 30:.3f} |" in text
+    m1 = f"| 1 | 28.0 | 31.0 | 30.0 / 33.0 | 1/2 → 1/2 | {28 / 31:.3f} | {(28 / 30) / (31 / 33):.3f} | {30 / 28:.3f} | {33 / 31:.3f} |"
+    assert m1 in text
     assert "only in the before run" in res.output
-    assert runner.invoke(app, ["bench", "compare", str(a), str(tmp_path / "none")]).exit_code == 1
+    missing = runner.invoke(app, ["bench", "compare", str(a), str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "AFTER:" in missing.output and "bench kernels" in missing.output
     assert runner.invoke(app, ["bench", "compare", str(a), str(b), "--names", "x"]).exit_code == 2
     other = _write(tmp_path / "c", _pair("qkv", 1, 1.0, 2.0, model="other"), "bench c")
     disjoint = runner.invoke(app, ["bench", "compare", str(a), str(other)])

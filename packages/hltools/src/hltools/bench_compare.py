@@ -156,6 +156,7 @@ def step_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
         "Helion layers",
         f"{after} vs {before}",
         "normalized",
+        f"{before} vs vLLM",
         f"{after} vs vLLM",
     ]
     out = []
@@ -173,6 +174,7 @@ def step_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
                 f"{r.helion_before}/{n} → {r.helion_after}/{n}",
                 cell(r.gain, ".3f"),
                 cell(r.gain_normalized, ".3f"),
+                cell(r.vllm_before_us / r.before_us, ".3f"),
                 cell(r.vllm_after_us / r.after_us, ".3f"),
             ]
         )

@@ -35,8 +35,9 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
     An exact tuned key runs Helion (vLLM's kernel where it is marked fallback); a nearest or heuristic
     config runs Helion only with a 2 % win over vLLM's kernel in that run (the speed guard's rule).
     Prints the step per M (plain ratio, and normalized by each run's own vLLM step, which cancels the
-    drift between two processes) and per model and format the spread over M. Needs no GPU. Exits 1
-    when a file cannot be read or the runs share no timed step."""
+    drift between two processes), each run against vLLM's kernel, and per model and format the spread
+    over M. Needs no GPU. Exits 1 when a file cannot be read or the runs share no timed step, 2 when
+    `--names` is not two names."""
     from hltools import bench_compare as c
     from hltools.kernel_results import read_results
 
@@ -46,11 +47,16 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
         out.print(f"[bold red]--names takes two names, before,after; got {names!r}")
         raise typer.Exit(2)
     runs = []
-    for path in (before, after):
+    for label, path in zip(("BEFORE", "AFTER"), (before, after), strict=True):
         try:
             runs.append(read_results(path))
-        except (FileNotFoundError, ValueError) as exc:
-            out.print(f"[bold red]{exc}")
+        except FileNotFoundError:
+            out.print(
+                f"[bold red]{label}: {path} not found: expected a `bench kernels` output folder or its kernels.json"
+            )
+            raise typer.Exit(1) from None
+        except ValueError as exc:
+            out.print(f"[bold red]{label}: {exc}")
             raise typer.Exit(1) from None
     try:
         rows, notes = c.compare(runs[0][1], runs[1][1])
