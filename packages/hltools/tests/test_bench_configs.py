@@ -539,3 +539,32 @@ def test_block_entries_record_the_scale_a_layout_they_were_measured_on(tmp_path,
     monkeypatch.setattr(cs, "installed_helion_version", lambda: "1.5.0")
     assert picks("block_fp8", 6144, 4096, 1).block_scale_a == "tma"
     assert picks("block_fp8", 6144, 4096, 2).block_scale_a == "row"
+
+
+def test_a_tuned_file_re_marked_from_three_bench_runs_of_itself(tmp_path):
+    """docs/tuning.md's recipe for a user's tuned file: its marks came from one process (autotune);
+    three `bench kernels` runs with HL_CONFIG_DIR on it (Helion rows ``exact <JSON>``) fed to
+    from-bench into the same directory keep each tuned config and re-derive the mark by the median
+    rule: M=1 was unmarked although vLLM is 3 % faster in the median, M=2 marked although even."""
+    out = tmp_path / "my-configs"
+    path = cs.config_file_path("scaled_mm", "nvidia_h200", out)
+    tuned = {
+        m: cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m), dict(TUNED), m == 2, {})
+        for m in (1, 2)
+    }
+    meta = {"gpu": "nvidia_h200", "helion": "1.5.0", "command": "hltools autotune --effort grid"}
+    cs.save_config_file(path, list(tuned.values()), meta)
+    exact = "exact " + json.dumps(TUNED, sort_keys=True, separators=(",", ":"))
+    runs = [
+        _pair(10.3, 10.0, m=1, config=exact) + _pair(10.0, 10.0, m=2, config=exact + " (marked fallback)"),
+        _pair(10.4, 10.0, m=1, config=exact) + _pair(9.9, 10.0, m=2, config=exact + " (marked fallback)"),
+        _pair(9.9, 10.0, m=1, config=exact) + _pair(10.1, 10.0, m=2, config=exact + " (marked fallback)"),
+    ]
+    files = [str(_write_bench(tmp_path / f"run{i}.json", r)) for i, r in enumerate(runs)]
+    result = runner.invoke(app, ["configs", "from-bench", *files, "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    cf = cs.read_config_file(path)
+    for m, fallback in ((1, True), (2, False)):
+        entry = cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m))
+        assert entry.config == TUNED and entry.fallback is fallback
+    assert cf.metadata["earlier"][0]["command"] == "hltools autotune --effort grid"
