@@ -67,6 +67,16 @@ TU)
     run compare 60 python3 -m hltools bench compare "$O/kb-nearest" "$O/kb-tuned" --names nearest,tuned \
         --markdown "$O/compare.md"
     tail -n 12 "$O/compare.log"
+    # the tuned file's marks by the shipped rule (docs/tuning.md): two more bench runs, from-bench
+    for i in 2 3; do
+        HL_CONFIG_DIR="$O/grid" run "kb-tuned$i" 100 python3 -m hltools bench kernels \
+            --model "$O/$m/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
+            --output "$O/kb-tuned$i"
+    done
+    cp -r "$O/grid" "$O/grid-remarked"
+    run remark 60 python3 -m hltools configs from-bench "$O/kb-tuned" "$O/kb-tuned2" "$O/kb-tuned3" \
+        --output "$O/grid-remarked" --stats-output "$O/grid-remarked-stats"
+    tail -n 6 "$O/remark.log"
     ;;
 esac
 phase_end

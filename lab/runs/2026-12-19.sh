@@ -13,15 +13,17 @@
 #        first_token_ts - scheduled_ts, without the client and the IPC), the same ratios
 #   TU2  issue 23's second model outside the shipped file: 2026-12-12.sh's TU for Qwen2.5-14B
 #        (TU_MODEL, TU_CONFIG): FP8_Dynamic grid-tuned (28 keys; its qkv and o shapes are Qwen3-14B's,
-#        so exact keys there), bench kernels without and with the tuned file, `hltools bench compare`;
-#        its files land in $RES/TU (TU.tgz)
+#        so exact keys there), bench kernels without and with the tuned file, `hltools bench compare`,
+#        then two more tuned bench runs and `configs from-bench` over the three: the tuned file's
+#        marks by the shipped rule (docs/tuning.md; ~80 s, skipped when the limit is reached); its
+#        files land in $RES/TU (TU.tgz)
 #   other phases: as in 2026-12-18.sh (TI, TK, T2) and through it 2026-12-17.sh (SB0, SB1, ...),
 #        2026-12-16.sh, 2026-12-15.sh, 2026-12-12.sh (TU)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   FMT=fp8_dynamic LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-19.sh TR | TU2 | <an older phase>
 # Order (1,800 s): the bundle's last part with TR FMT=fp8_dynamic (LIMIT=360), TR FMT=w8a8_int8
 # (LIMIT=360), SB0 (LIMIT=300; DeepGEMM's JIT cache, which Block_FP8's engines need on this machine),
-# TR FMT=block_fp8 (LIMIT=380), then TU2 with what is left (~300 s).
+# TR FMT=block_fp8 (LIMIT=380), then TU2 with what is left (~360 s in all, ~280 s without the re-mark).
 # Send each call within seconds of the last reply: the machine is reset ~30 s after a call ends
 # (and /tmp/dg-jit with it: TR for block_fp8 needs SB0 on the same machine).
 set -u
