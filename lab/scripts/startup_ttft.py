@@ -107,7 +107,7 @@ def _start(setting, model_dir, cache, on_env, args):
         enable_prefix_caching=False,
         gpu_memory_utilization=args.memory,
         seed=0,
-        disable_log_stats=not getattr(args, "engine_times", False),
+        disable_log_stats=not args.engine_times,
     )
     seconds = time.perf_counter() - t0
     print(f"[startup_ttft] {setting}: engine ready in {seconds:.1f} s", flush=True)
@@ -245,18 +245,17 @@ def engine_prefill_ms(outputs) -> float:
     return 1e3 * (first - scheduled)
 
 
-def _engine_prefill(samples: dict[str, list[float]], steps: list[int], order: list[str], args) -> dict:
-    """The --engine-times samples of one prompt length: medians, p20/p80, each engine against the
-    first (pair ratios; lane-balanced with --rotate-lanes)."""
+def _sample_stats(samples: dict[str, list[float]], steps: list[int], order: list[str], rotated: bool) -> dict:
+    """Medians, p20/p80 and each engine against the first (pair ratios; lane-balanced when the
+    lanes were ``rotated``) of one prompt length's samples (TTFT, or --engine-times' prefill)."""
     return {
-        "samples_ms": samples,
         "median_ms": {s: statistics.median(v) for s, v in samples.items()},
         "p20_ms": {s: _pct(v, 0.2) for s, v in samples.items()},
         "p80_ms": {s: _pct(v, 0.8) for s, v in samples.items()},
         "vs": {s: _ratios(samples, order[0], s) for s in order[1:]},
         **(
             {"lane_balanced": {s: lane_balanced_ratio(samples, steps, order[0], s) for s in order[1:]}}
-            if args.rotate_lanes
+            if rotated
             else {}
         ),
     }
@@ -354,6 +353,18 @@ def _decode(engines, order, vocab, args) -> dict:
     return result
 
 
+def _ratio_cells(n, b: str, a: str, t: dict) -> str:
+    """A table row's cells up to the 95 % interval: engine ``b`` against ``a`` in the stats ``t``
+    of prompt length ``n`` (:func:`_sample_stats`)."""
+    med, lo, hi, r = t["median_ms"], t["p20_ms"], t["p80_ms"], t["vs"][b]
+    pr, ci = r["pair_ratio_p20_p80"], r["pair_ratio_median_ci95"]
+    return (
+        f"| {n} | {b} | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | "
+        f"{med[b] / med[a]:.3f} | {r['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
+        f"{ci[0]:.3f}-{ci[1]:.3f} |"
+    )
+
+
 def _print_ttft(ttft: dict, order: list[str], repeats: int) -> None:
     """The TTFT table (one row per prompt length and engine other than the first, against the
     first) and each engine's longest slow run."""
@@ -364,14 +375,8 @@ def _print_ttft(ttft: dict, order: list[str], repeats: int) -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for n, t in ttft.items():
-        med, lo, hi = t["median_ms"], t["p20_ms"], t["p80_ms"]
-        for b, r in t["vs"].items():
-            pr, ci = r["pair_ratio_p20_p80"], r["pair_ratio_median_ci95"]
-            print(
-                f"| {n} | {b} | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | "
-                f"{med[b] / med[a]:.3f} | {r['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
-                f"{ci[0]:.3f}-{ci[1]:.3f} | {repeats} |"
-            )
+        for b in t["vs"]:
+            print(f"{_ratio_cells(n, b, a, t)} {repeats} |")
     for n, t in ttft.items():
         runs = "; ".join(
             f"{s} {r['length']} in a row from t = {r['t_s']:.1f} s (median {r['median_ms']:.1f} ms)"
@@ -388,15 +393,9 @@ def _print_ttft(ttft: dict, order: list[str], repeats: int) -> None:
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for n, t in ttft.items():
             e = t["engine_prefill"]
-            med, lo, hi = e["median_ms"], e["p20_ms"], e["p80_ms"]
-            for b, r in e["vs"].items():
-                pr, ci = r["pair_ratio_p20_p80"], r["pair_ratio_median_ci95"]
+            for b in e["vs"]:
                 lb = e.get("lane_balanced", {}).get(b)
-                print(
-                    f"| {n} | {b} | {med[b]:.2f} ({lo[b]:.2f}-{hi[b]:.2f}) | {med[a]:.2f} ({lo[a]:.2f}-{hi[a]:.2f}) | "
-                    f"{med[b] / med[a]:.3f} | {r['pair_ratio_median']:.3f} ({pr[0]:.3f}-{pr[1]:.3f}) | "
-                    f"{ci[0]:.3f}-{ci[1]:.3f} | {'-' if lb is None else f'{lb:.3f}'} |"
-                )
+                print(f"{_ratio_cells(n, b, a, e)} {'-' if lb is None else f'{lb:.3f}'} |")
     for n, t in ttft.items():
         if "lane_balanced" in t:
             balanced = ", ".join(f"{s}/{order[0]} {r:.3f}" for s, r in t["lane_balanced"].items())
@@ -560,27 +559,20 @@ def main() -> int:
     if args.rotate_lanes:
         result["rotation"] = {"steps": steps, "moves": moves, "pids": pids}
     for n in args.lens:
-        vs = {s: _ratios(samples[n], order[0], s) for s in order[1:]}
+        stats = _sample_stats(samples[n], steps, order, args.rotate_lanes)
         ttft[n] = {
             "samples_ms": samples[n],
             "t_s": stamps[n],
-            "median_ms": {s: statistics.median(v) for s, v in samples[n].items()},
-            "p20_ms": {s: _pct(v, 0.2) for s, v in samples[n].items()},
-            "p80_ms": {s: _pct(v, 0.8) for s, v in samples[n].items()},
-            **vs[order[-1]],  # the last engine against the first (on/off for two)
-            "vs": vs,
+            **stats,
+            **stats["vs"][order[-1]],  # the last engine against the first (on/off for two)
+            **({"lane_median_ms": lane_medians(samples[n], steps, order)} if args.rotate_lanes else {}),
             **(
                 {
-                    "lane_balanced": {
-                        s: lane_balanced_ratio(samples[n], steps, order[0], s) for s in order[1:]
-                    },
-                    "lane_median_ms": lane_medians(samples[n], steps, order),
+                    "engine_prefill": {
+                        "samples_ms": prefill[n],
+                        **_sample_stats(prefill[n], steps, order, args.rotate_lanes),
+                    }
                 }
-                if args.rotate_lanes
-                else {}
-            ),
-            **(
-                {"engine_prefill": _engine_prefill(prefill[n], steps, order, args)}
                 if args.engine_times
                 else {}
             ),

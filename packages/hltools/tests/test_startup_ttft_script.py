@@ -178,7 +178,7 @@ def test_only_engines_named_on_load_the_plugin(script, monkeypatch, tmp_path, re
     import types
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=lambda **kw: object()))
-    args = types.SimpleNamespace(aa=aa, lens=[8], memory=0.28)
+    args = types.SimpleNamespace(aa=aa, lens=[8], memory=0.28, engine_times=False)
     env = {}
     for s in ("off", "ctl", "on", "on2"):
         script._start(s, tmp_path, tmp_path / s, {"HL_X": "1"}, args)

@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from hltools.bench_configs import MARKED_SUFFIX
 from hltools.kernel_results import BenchResult
 from hltools.results import ResultTable, cell
 
@@ -59,13 +60,14 @@ def dispatched(helion: BenchResult | None, vllm: BenchResult) -> Layer:
     if vllm.median_us is None:
         raise ValueError(f"{vllm.layer} M={vllm.m}: vLLM's row has no time")
     v = vllm.median_us
-    if helion is None or not helion.ok or helion.median_us is None:
-        return Layer(vllm.layer, "vllm", v, v)
-    h, source = helion.median_us, helion.config
-    if source.startswith("exact"):
-        marked = source.startswith("exact (marked fallback)")
-        return Layer(vllm.layer, "vllm", v, v) if marked else Layer(vllm.layer, "helion", h, v)
-    return Layer(vllm.layer, "helion", h, v) if h * GUARD_MARGIN <= v else Layer(vllm.layer, "vllm", v, v)
+    use_helion = False
+    if helion is not None and helion.ok and helion.median_us is not None:
+        label = helion.config.partition("{")[0].strip()  # "<source>[ (marked fallback)]"
+        if label.removesuffix(MARKED_SUFFIX) == "exact":
+            use_helion = not label.endswith(MARKED_SUFFIX)
+        else:
+            use_helion = helion.median_us * GUARD_MARGIN <= v
+    return Layer(vllm.layer, "helion", helion.median_us, v) if use_helion else Layer(vllm.layer, "vllm", v, v)
 
 
 def step_layers(results: Iterable[BenchResult]) -> dict[tuple[str, str, int, int], dict[str, Layer]]:
