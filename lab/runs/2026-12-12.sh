@@ -57,22 +57,21 @@ TU)
     run "grid-$m" 330 python3 -m hltools autotune --model "$O/$m/config.json" \
         --formats fp8_dynamic --effort grid --output "$O/grid"
     tail -14 "$O/grid-$m.log"
-    run kb-nearest 100 python3 -m hltools bench kernels --model "$O/$m/config.json" \
-        --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 --output "$O/kb-nearest"
-    HL_CONFIG_DIR="$O/grid" run kb-tuned 100 python3 -m hltools bench kernels \
-        --model "$O/$m/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
-        --output "$O/kb-tuned"
+    kbm() { # NAME [config dir]: the model's fp8_dynamic kernels against vLLM's (HL_CONFIG_DIR set when given)
+        run "$1" 100 env ${2:+HL_CONFIG_DIR="$2"} python3 -m hltools bench kernels \
+            --model "$O/$m/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
+            --output "$O/$1"
+    }
+    kbm kb-nearest
+    kbm kb-tuned "$O/grid"
     tail -n 2 "$O/kb-nearest.log" "$O/kb-tuned.log"
     # added after the 2026-12-04 seventh session's run (which compared on the CPU afterwards)
     run compare 60 python3 -m hltools bench compare "$O/kb-nearest" "$O/kb-tuned" --names nearest,tuned \
         --markdown "$O/compare.md"
     tail -n 12 "$O/compare.log"
     # the tuned file's marks by the shipped rule (docs/tuning.md): two more bench runs, from-bench
-    for i in 2 3; do
-        HL_CONFIG_DIR="$O/grid" run "kb-tuned$i" 100 python3 -m hltools bench kernels \
-            --model "$O/$m/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
-            --output "$O/kb-tuned$i"
-    done
+    kbm kb-tuned2 "$O/grid"
+    kbm kb-tuned3 "$O/grid"
     cp -r "$O/grid" "$O/grid-remarked"
     run remark 60 python3 -m hltools configs from-bench "$O/kb-tuned" "$O/kb-tuned2" "$O/kb-tuned3" \
         --output "$O/grid-remarked" --stats-output "$O/grid-remarked-stats"
