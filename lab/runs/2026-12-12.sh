@@ -47,19 +47,20 @@ SC2)
     ;;
 TU)
     # TU_MODEL / TU_CONFIG (a name and its config.json's fields) tune another model
-    # (2026-12-19.sh TU2); the default is what ran here, Qwen/Qwen2.5-7B-Instruct
-    m=${TU_MODEL:-qwen2.5-7b}
+    # (2026-12-19.sh TU2), TU_FORMAT another format (2026-12-20.sh TU3); the defaults are what ran
+    # here, Qwen/Qwen2.5-7B-Instruct in FP8_Dynamic
+    m=${TU_MODEL:-qwen2.5-7b} f=${TU_FORMAT:-fp8_dynamic}
     cfg='{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
 "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
 "num_hidden_layers": 28, "vocab_size": 152064, "torch_dtype": "bfloat16"}'
     mkdir -p "$O/$m"
     echo "${TU_CONFIG:-$cfg}" >"$O/$m/config.json"
     run "grid-$m" 330 python3 -m hltools autotune --model "$O/$m/config.json" \
-        --formats fp8_dynamic --effort grid --output "$O/grid"
+        --formats "$f" --effort grid --output "$O/grid"
     tail -14 "$O/grid-$m.log"
-    kbm() { # NAME [config dir]: the model's fp8_dynamic kernels against vLLM's (HL_CONFIG_DIR set when given)
+    kbm() { # NAME [config dir]: the model's kernels in format $f against vLLM's (HL_CONFIG_DIR set when given)
         run "$1" 100 env ${2:+HL_CONFIG_DIR="$2"} python3 -m hltools bench kernels \
-            --model "$O/$m/config.json" --formats fp8_dynamic --baselines vllm --no-plots --jobs 16 \
+            --model "$O/$m/config.json" --formats "$f" --baselines vllm --no-plots --jobs 16 \
             --output "$O/$1"
     }
     kbm kb-nearest

@@ -407,3 +407,42 @@ def test_engine_prefill_ms_needs_the_stats(script):
     ) == pytest.approx(5.0)
     with pytest.raises(ValueError, match="no engine-core timestamps"):
         script.engine_prefill_ms([NS(metrics=None)])
+
+
+def test_ttft_warm_times_engines_started_again_on_their_caches(
+    script, monkeypatch, tmp_path, restored_environ
+):
+    """--ttft-warm: every engine is stopped after its cold start, all before the first restarts, then
+    each starts again on the same caches; the TTFT rounds run on the restarted engines only, and
+    the start-up table gets their warm seconds (no second restart for --warm)."""
+    calls, clock, events, caches = [], [0.0], [], {}
+    times = {"off": {8: 0.010}, "ctl": {8: 0.010}, "on": {8: 0.011}}
+    started = {}
+
+    def fake_start(s, model_dir, cache, on_env, args):
+        started[s] = started.get(s, 0) + 1
+        caches.setdefault(s, []).append(cache)
+        events.append(("start", s, started[s]))
+        engine = FakeEngine(f"{s}#{started[s]}", calls, clock, {f"{s}#{started[s]}": times[s]})
+        return engine, 10.0 * started[s]
+
+    monkeypatch.setattr(script, "_start", fake_start)
+    monkeypatch.setattr(script, "_stop", lambda llm: events.append(("stop", llm.name)))
+    monkeypatch.setattr(script.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(script.time, "sleep", lambda s: None)
+    argv = ["startup_ttft.py", "--out", str(tmp_path), "--repeats", "6", "--lens", "8", "--settle", "0"]
+    argv += ["--order", "off,ctl,on", "--cache-of", "ctl=off", "--ttft-warm", "--warm"]
+    monkeypatch.setattr(script.sys, "argv", argv)
+    assert script.main() == 0
+
+    cold = [("start", s, 1) for s in ("off", "ctl", "on")]
+    stops = [("stop", f"{s}#1") for s in ("off", "ctl", "on")]
+    warm = [("start", s, 2) for s in ("off", "ctl", "on")]
+    assert events == cold + stops + warm  # --warm adds no restart after the rounds
+    assert {name for name, _ in calls} == {"off#2", "ctl#2", "on#2"}
+    assert all(c[0] == c[1] for c in caches.values())  # the same caches both times
+    assert caches["ctl"][1] == caches["off"][1] != caches["on"][1]
+    res = json.loads((tmp_path / "startup_ttft.json").read_text())
+    assert res["cold_s"] == {"off": 10.0, "ctl": 10.0, "on": 10.0}
+    assert res["warm_s"] == {"off": 20.0, "ctl": 20.0, "on": 20.0}
+    assert res["ttft"]["8"]["vs"]["on"]["pair_ratio_median"] == pytest.approx(1.1)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU runs planned after 2026-12-04's eighth session, which measured (wheels of 2e5af85, one H200):
+# TTFT with three pinned engines and their CPU sets rotated (TR, FP8_Dynamic and W8A8_INT8): the
+# lane-balanced A/A (ctl/off, both plugin-free) read 0.88-0.96 and on/off 0.92-1.02, in the same
+# order in both runs and both lengths: ctl (started on off's caches, nothing compiled in its process)
+# fastest, on in between, off slowest (both compiled in their own processes); in-engine prefill
+# times the same. Qwen2.5-14B FP8_Dynamic tuned vs nearest-config dispatch 0.987-1.029x (TU2).
+#   TW   FMT=<format>: TR with --ttft-warm: the three engines start cold (off and on fill their caches,
+#        ctl on off's), are stopped, and start again on their caches before the rounds, so no timed
+#        process compiled anything (and the start-up table gets the warm seconds of all three). If
+#        the compile history is what separated ctl from off, the A/A now agrees, and on/off can be
+#        read to the issue's +1 %; if it does not, the engines differ for another reason
+#   TU3  issue 23: 2026-12-12.sh's TU with TU_FORMAT=w8a8_int8 on Qwen2.5-7B (its grid ran 12 of 28
+#        keys in 185 s this session, the first key 147 s: the candidates' compile), bench kernels
+#        nearest and tuned, bench compare (in the wheels from this session on), the re-mark
+#   other phases: as in 2026-12-19.sh (TR, TU2) and through it 2026-12-18.sh (TI, TK, T2),
+#        2026-12-17.sh (SB0, TB, ...), 2026-12-16.sh, 2026-12-15.sh, 2026-12-12.sh (TU)
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   FMT=fp8_dynamic LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-20.sh TW | TU3 | <an older phase>
+# Order (1,800 s): the bundle's last part with TW FMT=fp8_dynamic (LIMIT=480); then TW
+# FMT=w8a8_int8 (LIMIT=480) if the warm A/A agrees within ~2 %, else TU3 (LIMIT=420); then TU3
+# or SB0 + TW FMT=block_fp8 with what is left. Send each call within seconds of the last reply:
+# the machine is reset ~30 s after a call ends (and /tmp with the bundle: a reset costs three calls).
+set -u
+phase=$1
+here=$(dirname "$0")
+case $phase in
+TW) ;;
+TU3) export TU_FORMAT=w8a8_int8
+    exec bash "$here/2026-12-12.sh" TU ;;
+*) exec bash "$here/2026-12-19.sh" "$phase" ;;
+esac
+phase=TW-${FMT:?FMT=fp8_dynamic, w8a8_int8 or block_fp8}
+source "$here/phase-lib.sh"
+phase_begin
+unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES # the defaults
+export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
+ttft3 startup-ttft-warm "$FMT" --repeats 72 --rotate-lanes --engine-times --ttft-warm
+grep -rhoE "HL_PRECOMPILE_PROCESSES=auto: .*|Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s.*" \
+    "$O" --include='*.log' | cut -c1-480
+phase_end
