@@ -270,6 +270,7 @@ def test_cli_tunes_resumes_and_fails_with_a_fake_backend(tmp_path, monkeypatch):
     monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
     monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
     args = ["autotune", "--model", str(model), "--num-tokens", "1,4", "--seed", "5", "--output", str(out)]
+    args += ["--effort", "quick"]  # the fake tuner stands for Helion's autotuner
 
     result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
@@ -312,6 +313,7 @@ def test_cli_refuses_a_file_from_another_helion_without_force(tmp_path, monkeypa
     monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
     monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
     args = ["autotune", "--model", str(model), "--num-tokens", "2", "--output", str(tmp_path)]
+    args += ["--effort", "quick"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "tuned with helion 0.0.1" in result.output and "--force" in result.output
@@ -431,6 +433,8 @@ def test_cli_block_scale_a_follows_the_dispatch_mode_by_default(
         "1",
         "--output",
         str(out),
+        "--effort",
+        "quick",
     ]
     result = runner.invoke(app, [*args, *flag])
     assert result.exit_code == 0, result.output
@@ -457,3 +461,40 @@ def test_a_rerun_tunes_again_the_block_keys_of_the_other_layout(tmp_path):
         ("block_fp8", "tma"),
         ("fp8_dynamic", "row"),
     }
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [([], "grid"), (["--gpus", "1"], "grid"), (["--gpus", "2"], "quick"), (["--effort", "quick"], "quick")],
+)
+def test_cli_default_effort_is_the_grid_on_one_gpu(tmp_path, monkeypatch, extra, expected):
+    """Without --effort a run is the grid search (minutes a model, never worse than the heuristic);
+    across GPUs (--gpus > 1) it is Helion's per-key autotuner, the only one that shards. The
+    metadata and the resume command name the effort that ran."""
+    from hltools.commands import autotune as cmd
+
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(TINY))
+    out = tmp_path / "out"
+    helion_tuner, grid_tuner = FakeTuner(), FakeTuner()
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", helion_tuner, fake_check))
+    monkeypatch.setattr(cmd, "_grid_tuner", lambda keys, seed, block_scale_a="row": grid_tuner)
+    monkeypatch.setattr(cmd, "_local_gpus", lambda gpus: list(range(gpus or 1))[:1])  # one worker here
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    args = ["autotune", "--model", str(model), "--num-tokens", "2", "--output", str(out), *extra]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    ran, idle = (grid_tuner, helion_tuner) if expected == "grid" else (helion_tuner, grid_tuner)
+    assert len(ran.calls) == 3 and idle.calls == []
+    meta = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json").metadata
+    assert meta["effort"] == expected and f"--effort {expected}" in meta["command"]
+    assert f"effort {expected}" in result.output
+
+
+def test_default_effort_rule():
+    from hltools.commands.autotune import Effort, default_effort
+
+    assert default_effort(None, None, None) is Effort.grid
+    assert default_effort(None, 4, None) is Effort.quick
+    assert default_effort(None, None, "auto") is Effort.quick
+    assert default_effort(Effort.full, None, None) is Effort.full

@@ -33,11 +33,12 @@ NumTokens = Annotated[
     ),
 ]
 EffortOption = Annotated[
-    Effort,
+    Effort | None,
     typer.Option(
-        help="quick / full: Helion's autotuner at that effort, per key. grid: every config of the decode "
-        "search space (hltools.grid_search), one search per (format, N, K, M bucket), all compiled first "
-        "in one worker process per CPU; not with --gpus or --ray."
+        help="grid: every config of the decode search space (hltools.grid_search), one search per "
+        "(format, N, K, M bucket), all compiled first in one worker process per CPU, on one GPU. "
+        "quick / full: Helion's autotuner at that effort, per key (shards over --gpus, runs on --ray). "
+        "Default: grid, or quick with --gpus > 1 or --ray."
     ),
 ]
 BudgetMinutes = Annotated[
@@ -66,7 +67,8 @@ Gpus = Annotated[
     typer.Option(
         min=1,
         help="Tune on this many local GPUs at once, one worker process each, keys dealt round-robin "
-        "(default: every visible GPU; the GPUs must be of one kind). A stopped run resumes.",
+        "(Helion's autotuner: --effort quick / full, the default above 1; every visible GPU when not "
+        "given; the GPUs must be of one kind). A stopped run resumes. The grid runs on one GPU.",
     ),
 ]
 RayAddress = Annotated[
@@ -105,7 +107,7 @@ def autotune(
     formats: opt.ModelFormats = None,
     tp: TpSizes = "1",
     num_tokens: NumTokens = None,
-    effort: EffortOption = Effort.quick,
+    effort: EffortOption = None,
     budget_minutes: BudgetMinutes = None,
     seed: Seed = 0,
     output: Output = None,
@@ -118,10 +120,12 @@ def autotune(
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
-    For each key: Helion's autotuner (default config seeded into the search, candidates checked
-    against the fp32 reference, CUDA-graph benchmarking), then a check of the result against the
-    reference and a timing against the default config and vLLM's kernel for the format (a key where
-    vLLM's kernel is faster is saved with "fallback": true). Each key is saved as soon as it is done;
+    For each key: the grid search (the default; hltools.grid_search: the decode search space,
+    seeded with the heuristic config) or Helion's autotuner (--effort quick / full: the default
+    config seeded into the search, candidates checked against the fp32 reference, CUDA-graph
+    benchmarking), then a check of the result against the reference and a timing against the
+    default config and vLLM's kernel for the format (a key where vLLM's kernel is faster is saved
+    with "fallback": true). Each key is saved as soon as it is done;
     rerunning resumes, --force retunes. Needs a CUDA GPU (except --list; `--list --gpu nvidia_h200`
     marks the keys that the shipped H200 file holds). Exits 1 if a key failed.
     """
@@ -158,6 +162,7 @@ def autotune(
         raise typer.BadParameter(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
         )
+    effort = default_effort(effort, gpus, ray)
     if effort == Effort.grid and (ray is not None or (gpus or 1) > 1):
         raise typer.BadParameter("grid runs on one GPU (not with --gpus > 1 or --ray)", param_hint="--effort")
     if ray is not None:
@@ -192,6 +197,15 @@ def autotune(
         run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
         summary = _tune(out, keys, path, options, run)
     _report(out, summary, command)
+
+
+def default_effort(effort: Effort | None, gpus: int | None, ray: str | None) -> Effort:
+    """``effort`` when given; else ``grid`` (3-5 minutes a model and format on one H200, never worse
+    than the heuristic config it is seeded with: docs/tuning.md), or ``quick`` where the run spans
+    GPUs (``--gpus`` above 1, ``--ray``), which only Helion's per-key autotuner does."""
+    if effort is not None:
+        return effort
+    return Effort.quick if ray is not None or (gpus or 1) > 1 else Effort.grid
 
 
 def _keys_to_tune(keys, path, force: bool, block_scale_a: str = "row"):
