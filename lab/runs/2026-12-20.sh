@@ -22,10 +22,11 @@
 #        2026-12-17.sh (SB0, TB, ...), 2026-12-16.sh, 2026-12-15.sh, 2026-12-12.sh (TU)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   FMT=fp8_dynamic LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-20.sh TW | TU3 | RT | <an older phase>
-# Order (1,800 s): the bundle's last part with TW FMT=fp8_dynamic (LIMIT=480); then TW
-# FMT=w8a8_int8 (LIMIT=480) if the warm A/A agrees within ~2 %, else TU3 (LIMIT=420); then TU3
-# or RT with what is left (SB0 + TW FMT=block_fp8 need ~700 s: a session of their own). Send each call within seconds of the last reply:
-# the machine is reset ~30 s after a call ends (and /tmp with the bundle: a reset costs three calls).
+# Order (1,800 s): the bundle's last part with TW FMT=fp8_dynamic (LIMIT=520: ~240 s cold, ~110 s
+# warm restarts, ~100 s of rounds); then TW FMT=w8a8_int8 (LIMIT=520) if the warm A/A agrees within
+# ~2 %, else TU3 (LIMIT=420); then TU3 or RT with what is left (SB0 + TW FMT=block_fp8 need ~750 s:
+# a session of their own). Send each call within seconds of the last reply: the machine is reset
+# ~30 s after a call ends (and /tmp with the bundle: a reset costs three calls).
 set -u
 phase=$1
 here=$(dirname "$0")
