@@ -38,12 +38,12 @@ TU2) # Qwen/Qwen2.5-14B-Instruct's config.json, the fields hltools reads; runs i
     exec bash "$here/2026-12-18.sh" TU ;;
 *) exec bash "$here/2026-12-18.sh" "$phase" ;;
 esac
-phase=TR-${FMT:?FMT=fp8_dynamic, w8a8_int8 or block_fp8}
+phase=TR${TR_TAG:-}-${FMT:?FMT=fp8_dynamic, w8a8_int8 or block_fp8} # TR_TAG, TR_ARGS: 2026-12-20.sh TW
 source "$here/phase-lib.sh"
 phase_begin
 unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES # the defaults
 export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
-ttft3 startup-ttft-rot "$FMT" --repeats 72 --rotate-lanes --engine-times
+ttft3 startup-ttft-rot "$FMT" --repeats 72 --rotate-lanes --engine-times ${TR_ARGS:-}
 grep -rhoE "HL_PRECOMPILE_PROCESSES=auto: .*|Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s.*" \
     "$O" --include='*.log' | cut -c1-480
 phase_end

@@ -5,9 +5,10 @@
 # order in both runs and both lengths: ctl (started on off's caches, nothing compiled in its process)
 # fastest, on in between, off slowest (both compiled in their own processes); in-engine prefill
 # times the same. Qwen2.5-14B FP8_Dynamic tuned vs nearest-config dispatch 0.987-1.029x (TU2).
-#   TW   FMT=<format>: TR with --ttft-warm: the three engines start cold (off and on fill their caches,
-#        ctl on off's), are stopped, and start again on their caches before the rounds, so no timed
-#        process compiled anything (and the start-up table gets the warm seconds of all three). If
+#   TW   FMT=<format>: 2026-12-19.sh's TR with --ttft-warm (TR_ARGS; files in TRW-<format>): the
+#        three engines start cold (off and on fill their caches, ctl on off's), are stopped, and
+#        start again on their caches before the rounds, so no timed process compiled anything (and
+#        the start-up table gets the warm seconds of all three). If
 #        the compile history is what separated ctl from off, the A/A now agrees, and on/off can be
 #        read to the issue's +1 %; if it does not, the engines differ for another reason
 #   TU3  issue 23: 2026-12-12.sh's TU with TU_FORMAT=w8a8_int8 on Qwen2.5-7B (its grid ran 12 of 28
@@ -31,34 +32,24 @@ set -u
 phase=$1
 here=$(dirname "$0")
 case $phase in
-TW | RT) ;;
+TW) export TR_TAG=W TR_ARGS=--ttft-warm # phase TRW-<format>
+    exec bash "$here/2026-12-19.sh" TR ;;
 TU3) export TU_FORMAT=w8a8_int8
     exec bash "$here/2026-12-12.sh" TU ;;
+RT) ;;
 *) exec bash "$here/2026-12-19.sh" "$phase" ;;
 esac
-if [ "$phase" = RT ]; then
-    m=${RT_MODEL:-qwen3-4b} f=${RT_FORMAT:-fp8_dynamic}
-    phase=RT-$m-$f
-else
-    phase=TW-${FMT:?FMT=fp8_dynamic, w8a8_int8 or block_fp8}
-fi
+m=${RT_MODEL:-qwen3-4b} f=${RT_FORMAT:-fp8_dynamic}
+phase=RT-$m-$f
 source "$here/phase-lib.sh"
 phase_begin
-unset HL_DISPATCH_AT HL_PRECOMPILE_PROCESSES # the defaults
-export VLLM_DEEP_GEMM_WARMUP=skip DG_JIT_CACHE_DIR=/tmp/dg-jit
-case $phase in
-TW-*) ttft3 startup-ttft-warm "$FMT" --repeats 72 --rotate-lanes --engine-times --ttft-warm ;;
-RT-*)
-    run "grid-$m-$f" 330 python3 -m hltools autotune --model "$m" --formats "$f" --effort grid --output "$O/grid"
-    tail -14 "$O/grid-$m-$f.log"
-    run kb-shipped 100 python3 -m hltools bench kernels --model "$m" --formats "$f" --baselines vllm \
-        --no-plots --jobs 16 --output "$O/kb-shipped"
-    run kb-tuned 100 env HL_CONFIG_DIR="$O/grid" python3 -m hltools bench kernels --model "$m" --formats "$f" \
-        --baselines vllm --no-plots --jobs 16 --output "$O/kb-tuned"
-    run compare 60 python3 -m hltools bench compare "$O/kb-shipped" "$O/kb-tuned" --names shipped,tuned \
-        --markdown "$O/compare.md"
-    tail -n 12 "$O/compare.log" ;;
-esac
-grep -rhoE "HL_PRECOMPILE_PROCESSES=auto: .*|Helion kernels at CUDA-graph capture: .*|init engine.*|engine ready in [0-9.]+ s.*" \
-    "$O" --include='*.log' | cut -c1-480
+run "grid-$m-$f" 330 python3 -m hltools autotune --model "$m" --formats "$f" --effort grid --output "$O/grid"
+tail -14 "$O/grid-$m-$f.log"
+run kb-shipped 100 python3 -m hltools bench kernels --model "$m" --formats "$f" --baselines vllm \
+    --no-plots --jobs 16 --output "$O/kb-shipped"
+run kb-tuned 100 env HL_CONFIG_DIR="$O/grid" python3 -m hltools bench kernels --model "$m" --formats "$f" \
+    --baselines vllm --no-plots --jobs 16 --output "$O/kb-tuned"
+run compare 60 python3 -m hltools bench compare "$O/kb-shipped" "$O/kb-tuned" --names shipped,tuned \
+    --markdown "$O/compare.md"
+tail -n 12 "$O/compare.log"
 phase_end
