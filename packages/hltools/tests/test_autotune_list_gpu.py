@@ -142,3 +142,32 @@ def test_a_config_file_makes_its_gpu_known(no_gpu, tmp_path):
     result = runner.invoke(app, [*args, "--output", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "28 keys, 1 done in" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("flag,layout", [([], "tma"), (["--block-scale-a", "row"], "row")])
+def test_list_counts_a_block_key_done_only_on_the_layout_a_run_would_tune(no_gpu, monkeypatch, flag, layout):
+    """--list marks a Block_FP8 key done as the run would count it: tuned on the layout the command
+    resolves (``auto``: the dispatch mode's, ``tma`` in capture mode, the default); a key of the other
+    layout shows "to tune" (a run tunes it again), and its fallback mark with it. Read from the
+    shipped file itself: which Qwen3-1.7B / Qwen3-8B Block_FP8 keys it holds on which layout."""
+    monkeypatch.delenv("HL_DISPATCH_AT", raising=False)
+    items = json.loads(cs.config_file_path(cs.SCALED_MM_KERNEL, "nvidia_h200", config_dir()).read_text())
+    layout_of = {
+        (item["key"]["n"], item["key"]["k"], item["key"]["m"]): item.get("block_scale_a", "row")
+        for item in items
+        if "key" in item and item["key"].get("format") == "block_fp8"
+    }
+    for model in ("qwen3-8b", "qwen3-1.7b"):
+        args = ["autotune", "--model", model, "--formats", "block_fp8", "--list", "--gpu", "nvidia_h200"]
+        result = runner.invoke(app, [*args, *flag])
+        assert result.exit_code == 0, result.output
+        rows = _rows(result.output)
+        assert len(rows) == 28
+        for r in rows:
+            key = (int(r[1]), int(r[2]), int(r[3]))
+            assert (r[5] != "to tune") == (layout_of.get(key) == layout), (model, r)
+        n_done = sum(r[5] != "to tune" for r in rows)
+        summary = " ".join(result.output.split())
+        assert f"28 keys, {n_done} done" in summary and f"on {layout} scale_a" in summary
+    # the shipped file holds Qwen3-8B's keys on tma and Qwen3-1.7B's on row: both cases occur
+    assert {"tma", "row"} <= set(layout_of.values())

@@ -147,9 +147,6 @@ def autotune(
             raise typer.BadParameter(
                 "only with --list (tuning runs on this machine's GPU)", param_hint="--gpu"
             )
-    if list_:
-        _list_keys(out, keys, f"autotune keys for {model} (tp {','.join(map(str, tps))})", output, gpu)
-        return
     from hltools.bench import resolve_block_scale_a
 
     if block_scale_a == "auto" and ray is not None:
@@ -158,6 +155,10 @@ def autotune(
         block_scale_a = resolve_block_scale_a(block_scale_a)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--block-scale-a") from None
+    if list_:  # done as a run with this layout would count it
+        title = f"autotune keys for {model} (tp {','.join(map(str, tps))})"
+        _list_keys(out, keys, title, output, gpu, block_scale_a)
+        return
     if block_scale_a != "row" and ray is not None:
         raise typer.BadParameter(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
@@ -174,8 +175,8 @@ def autotune(
     if backend is None:
         opt.no_gpu(
             out,
-            "[bold red]hltools autotune needs a CUDA GPU[/] (Helion's autotuner compiles and times every "
-            "candidate on the device); none was found. `hltools autotune --list ...` prints the keys without one.",
+            "[bold red]hltools autotune needs a CUDA GPU[/] (every candidate config is timed on the device); "
+            "none was found. `hltools autotune --list ...` prints the keys without one.",
         )
     output = output if output is not None else _default_output()
     command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a)
@@ -200,7 +201,7 @@ def autotune(
 
 
 def default_effort(effort: Effort | None, gpus: int | None, ray: str | None) -> Effort:
-    """``effort`` when given; else ``grid`` (3-5 minutes a model and format on one H200, never worse
+    """``effort`` when given; else ``grid`` (2-5 minutes a model and format on one H200, never worse
     than the heuristic config it is seeded with: docs/tuning.md), or ``quick`` where the run spans
     GPUs (``--gpus`` above 1, ``--ray``), which only Helion's per-key autotuner does."""
     if effort is not None:
@@ -380,11 +381,15 @@ def _default_output() -> Path:
     return Path(raw).expanduser() if raw else Path("hl-configs")
 
 
-def _list_keys(out: Console, keys: list, title: str, output: Path | None, gpu: str | None) -> None:
+def _list_keys(
+    out: Console, keys: list, title: str, output: Path | None, gpu: str | None, block_scale_a: str = "row"
+) -> None:
     """The keys and which are done (or marked fallback) in the config file of ``gpu`` (default this
-    machine's GPU; without one, nothing is marked)."""
+    machine's GPU; without one, nothing is marked). A Block_FP8 key counts as done only when it was
+    tuned on ``block_scale_a``, the layout a run would tune it on (the other layout's is tuned again)."""
     import torch
 
+    from hlcore.formats import get_format
     from hltools import autotune as at
 
     if gpu is not None and output is None:
@@ -404,7 +409,8 @@ def _list_keys(out: Console, keys: list, title: str, output: Path | None, gpu: s
     except at.AutotuneError as exc:
         out.print(f"[yellow]{exc}")
         existing = None
-    done, fallback = at.done_keys(existing), at.fallback_keys(existing)
+    done = at.done_keys(existing, block_scale_a)
+    fallback = at.fallback_keys(existing) & done
     out.print(at.keys_table(keys, done, fallback, title).rich())
     where = (
         f" in {path}" + ("" if path.exists() else " (no such file yet)")
@@ -414,7 +420,9 @@ def _list_keys(out: Console, keys: list, title: str, output: Path | None, gpu: s
     n_fallback = sum(at.key_status(k, done, fallback) == at.FALLBACK_STATUS for k in keys)
     n_done = sum(at.key_status(k, done, fallback) != "to tune" for k in keys)
     marked = f" ({n_fallback} of them fallback: vLLM's kernel runs there)" if n_fallback else ""
-    out.print(f"{len(keys)} keys, {n_done} done{marked}{where}")
+    blocks = any(get_format(k.fmt).block_size is not None for k in keys)
+    layout = f"; block formats counted on {block_scale_a} scale_a (--block-scale-a)" if blocks else ""
+    out.print(f"{len(keys)} keys, {n_done} done{marked}{where}{layout}")
 
 
 def _tune(out: Console, keys: list, path: Path, options, run: dict):
