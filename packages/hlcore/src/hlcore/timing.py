@@ -11,6 +11,7 @@ Importable without a GPU (torch only); the functions need one.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,27 @@ import torch
 L2_BYTES_H200 = 60 * 1024 * 1024
 #: Bytes of weights one benchmark graph rotates over (4x L2: every call reads its weight from HBM).
 ROTATE_BYTES = 4 * L2_BYTES_H200
+#: A timing that starts after the GPU was left idle longer than this (or the first of the process)
+#: first replays its graph for :data:`SPIN_UP_S`: see :func:`spin_up_seconds`.
+IDLE_S = 1.0
+SPIN_UP_S = 0.2
+
+_last_end: float | None = None  # time.monotonic() when the last time_graph of this process returned
+
+
+def spin_up_seconds(
+    now: float, last_end: float | None, idle_s: float = IDLE_S, spin_s: float = SPIN_UP_S
+) -> float:
+    """Seconds of extra warm-up replays before a timing starts: ``spin_s`` when nothing was timed in
+    this process yet (``last_end`` None) or the last timing ended more than ``idle_s`` before
+    ``now``; else 0.
+
+    Why: a GPU left idle (a benchmark's CPU-only precompile, a process's start) runs the first
+    graph timed after it slower, and a few warm-up replays of a sub-millisecond graph do not bring
+    it back up to speed (the measurement: docs/benchmarks.md, "Method: kernels", warm-up)."""
+    if last_end is None or now - last_end > idle_s:
+        return spin_s
+    return 0.0
 
 
 @dataclass(frozen=True)
@@ -42,7 +64,9 @@ def time_graph(calls: Sequence[Callable[[], object]], *, repeats: int = 30, warm
     graph, replay it ``repeats`` times, and return the time per call.
 
     Every call runs once eagerly first (compiles, allocates) and again on the capture stream before
-    the capture. The graph and its memory pool are freed when this returns.
+    the capture. The graph is replayed ``warmup`` times before the timed replays, and for
+    :func:`spin_up_seconds` more when the GPU was idle (the first timing of a process, or one after
+    more than :data:`IDLE_S` without). The graph and its memory pool are freed when this returns.
 
     Raises:
         RuntimeError: from CUDA (no GPU, out of memory, a call that cannot be captured)."""
@@ -60,9 +84,15 @@ def time_graph(calls: Sequence[Callable[[], object]], *, repeats: int = 30, warm
             for c in calls:
                 c()
     torch.cuda.current_stream().wait_stream(stream)
+    global _last_end
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()
+    spin_until = time.monotonic() + spin_up_seconds(time.monotonic(), _last_end)
+    while time.monotonic() < spin_until:
+        for _ in range(8):
+            graph.replay()
+        torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         start = torch.cuda.Event(enable_timing=True)
@@ -72,6 +102,7 @@ def time_graph(calls: Sequence[Callable[[], object]], *, repeats: int = 30, warm
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1000.0 / len(calls))
+    _last_end = time.monotonic()
     samples.sort()
     q = statistics.quantiles(samples, n=5)
     return Timing(statistics.median(samples), q[0], q[3])
