@@ -1,28 +1,21 @@
 """Does the first point of a ``hltools bench kernels`` run read slow? (2026-12-04, eighth session.)
 
-For each ``kernels.json`` (or ``.json.gz``) given: the first Helion row of the run, its median over
+For each ``kernels.json`` (``.json.gz``, or a run's directory) given: the first Helion row of the run, its median over
 the same layer's next M with the same config (Helion M1 / M2; the same weight read by the same
 grid, though Triton compiles M = 1 as its own variant), vLLM's kernel's ratio at those two points
 for comparison, and the same Helion ratio for every later layer of the run (their range). Before
 the timer's spin-up (``hlcore.timing.spin_up_seconds``) the first ratio read 1.02-1.09 in 17 of 26
 stored runs and the later ones mostly 0.97-1.02 (lab/results/2026-12-04-h).
 
-Usage: ``python3 lab/scripts/first_point.py DIR/kernels.json [...]``; prints one line per file.
+Usage: ``python3 lab/scripts/first_point.py DIR[/kernels.json] [...]``; prints one line per file.
 CPU only.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import sys
-from pathlib import Path
 
-
-def _load(path: Path) -> dict:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return json.load(f)
+from hltools.results import find_result, read_json
 
 
 def _layer(r: dict) -> tuple:
@@ -66,7 +59,7 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     for name in argv:
-        fp = first_point(_load(Path(name))["results"])
+        fp = first_point(read_json(find_result(name, "kernels.json"), "kernels.json")["results"])
         if not fp:
             print(f"{name}: no Helion rows")
             continue

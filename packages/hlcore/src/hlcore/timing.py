@@ -70,6 +70,7 @@ def time_graph(calls: Sequence[Callable[[], object]], *, repeats: int = 30, warm
 
     Raises:
         RuntimeError: from CUDA (no GPU, out of memory, a call that cannot be captured)."""
+    global _last_end
     for c in calls:
         c()
     torch.cuda.synchronize()
@@ -84,11 +85,11 @@ def time_graph(calls: Sequence[Callable[[], object]], *, repeats: int = 30, warm
             for c in calls:
                 c()
     torch.cuda.current_stream().wait_stream(stream)
-    global _last_end
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()
-    spin_until = time.monotonic() + spin_up_seconds(time.monotonic(), _last_end)
+    now = time.monotonic()
+    spin_until = now + spin_up_seconds(now, _last_end)
     while time.monotonic() < spin_until:
         for _ in range(8):
             graph.replay()

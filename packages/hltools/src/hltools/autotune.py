@@ -218,9 +218,13 @@ def done_keys(existing: ConfigFile | None, block_scale_a: str = "row") -> set:
     }
 
 
-def _is_block_key(key: dict) -> bool:
-    fmt = key.get("format")
+def is_block_format(fmt: object) -> bool:
+    """``fmt`` names a format with block scales (Block_FP8), whose keys record a scale_a layout."""
     return isinstance(fmt, str) and fmt in FORMAT_NAMES and get_format(fmt).block_size is not None
+
+
+def _is_block_key(key: dict) -> bool:
+    return is_block_format(key.get("format"))
 
 
 def fallback_keys(existing: ConfigFile | None) -> set:

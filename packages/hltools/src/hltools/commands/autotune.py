@@ -382,14 +382,13 @@ def _default_output() -> Path:
 
 
 def _list_keys(
-    out: Console, keys: list, title: str, output: Path | None, gpu: str | None, block_scale_a: str = "row"
+    out: Console, keys: list, title: str, output: Path | None, gpu: str | None, block_scale_a: str
 ) -> None:
     """The keys and which are done (or marked fallback) in the config file of ``gpu`` (default this
     machine's GPU; without one, nothing is marked). A Block_FP8 key counts as done only when it was
     tuned on ``block_scale_a``, the layout a run would tune it on (the other layout's is tuned again)."""
     import torch
 
-    from hlcore.formats import get_format
     from hltools import autotune as at
 
     if gpu is not None and output is None:
@@ -409,8 +408,7 @@ def _list_keys(
     except at.AutotuneError as exc:
         out.print(f"[yellow]{exc}")
         existing = None
-    done = at.done_keys(existing, block_scale_a)
-    fallback = at.fallback_keys(existing) & done
+    done, fallback = at.done_keys(existing, block_scale_a), at.fallback_keys(existing)
     out.print(at.keys_table(keys, done, fallback, title).rich())
     where = (
         f" in {path}" + ("" if path.exists() else " (no such file yet)")
@@ -420,7 +418,7 @@ def _list_keys(
     n_fallback = sum(at.key_status(k, done, fallback) == at.FALLBACK_STATUS for k in keys)
     n_done = sum(at.key_status(k, done, fallback) != "to tune" for k in keys)
     marked = f" ({n_fallback} of them fallback: vLLM's kernel runs there)" if n_fallback else ""
-    blocks = any(get_format(k.fmt).block_size is not None for k in keys)
+    blocks = any(at.is_block_format(k.fmt) for k in keys)
     layout = f"; block formats counted on {block_scale_a} scale_a (--block-scale-a)" if blocks else ""
     out.print(f"{len(keys)} keys, {n_done} done{marked}{where}{layout}")
 
