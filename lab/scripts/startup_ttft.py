@@ -44,7 +44,7 @@ could only change what happens there; the engines then log stats (both alike).
 ``--ttft-warm`` times warm engines: each is stopped after its cold start and started again on its
 caches before the rounds, so no timed process compiled anything. With the CPU sets rotated
 (2026-12-04, eighth session, FP8_Dynamic and W8A8_INT8) the two plugin-free engines still read
-0.88-0.95x apart in the same order in both runs: fastest the one started on the other's caches
+0.88-0.96x apart in the same order in both runs: fastest the one started on the other's caches
 (``ctl``), slowest ``off``, which compiled in its own process like ``on``. Whether that history is
 what separates them is what a warm run answers: if the A/A then agrees, so can on/off.
 
