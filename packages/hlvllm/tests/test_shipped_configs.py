@@ -54,7 +54,9 @@ CAPTURE_MARKS = [
 ]
 #: Qwen3-14B's FP8_Dynamic keys timed again with the timer's spin-up after an idle GPU (2026-12-04,
 #: the first point of the earlier processes read slow): they replace those keys' marks.
-SPIN_UP_MARKS = [BENCH_DIR / "2026-12-04-i" / "raw" / "KM" / f"kb-14b-{i}" / "kernels.json" for i in (1, 2, 3)]
+SPIN_UP_MARKS = [
+    BENCH_DIR / "2026-12-04-i" / "raw" / "KM" / f"kb-14b-{i}" / "kernels.json" for i in (1, 2, 3)
+]
 MARGIN, MIN_PROCESSES = 0.02, 3
 
 
