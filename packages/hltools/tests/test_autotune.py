@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from hlcore import config_store as cs
 from hlcore import scaled_mm_config as smc
+from hlcore.formats import FORMAT_NAMES
 from hlcore.scaled_mm_config import default_scaled_mm_config
 from hltools import autotune as at
 from hltools.cli import app
@@ -347,9 +348,9 @@ def test_step_table_weighs_each_layer_of_a_decoder_layer_once(tmp_path):
     table = at.step_table(summary)
     rows = {(r[1], r[2]): r for r in table.rows}
     assert set(rows) == {("tp1", "1"), ("tp2", "1")}
-    fmt, tp, m, tuned, heuristic, vllm, gain, dispatched, per_key = rows[("tp1", "1")]
+    fmt, tp, m, tuned, heuristic, vllm, gain, untuned, dispatched, per_key = rows[("tp1", "1")]
     assert (tuned, heuristic, vllm) == ("18.0", "19.0", "19.0")
-    assert gain == f"{19 / 18:.3f}"
+    assert gain == f"{19 / 18:.3f}" and untuned == "-"  # no untuned time in these results
     assert dispatched == f"{19 / (10 + 7):.3f}"  # o is marked fallback: vLLM's 7 µs dispatched
     assert per_key == f"{((11 / 10) * (8 / 8)) ** 0.5:.3f}"
     assert rows[("tp2", "1")][3:6] == ["8.0", "8.0", "7.0"]
@@ -498,3 +499,137 @@ def test_default_effort_rule():
     assert default_effort(None, 4, None) is Effort.quick
     assert default_effort(None, None, "auto") is Effort.quick
     assert default_effort(Effort.full, None, None) is Effort.full
+
+
+def test_untuned_pick_routes_as_the_plugin_would():
+    """An exact key runs Helion unless marked fallback; a file without an entry of the format
+    (``heuristic``) runs vLLM's kernel; a nearest pick, and an exact Block_FP8 key measured on
+    another scale_a layout, run Helion only under the speed guard's 2 % rule."""
+    exact = at.UntunedPick({}, "exact")
+    assert exact.route(12.0, 10.0) == "helion"  # an exact key is not re-timed by the plugin
+    assert at.UntunedPick({}, "exact", fallback=True).route(8.0, 10.0) == "vllm"
+    assert at.UntunedPick({}, "heuristic").route(5.0, 10.0) == "vllm"
+    nearest = at.UntunedPick({}, "nearest")
+    assert nearest.route(9.8, 10.0) == "helion"  # 9.8 * 1.02 = 9.996 <= 10
+    assert nearest.route(9.81, 10.0) == "vllm"  # a win under 2 %
+    assert nearest.route(None, 10.0) == "vllm"
+    assert at.UntunedPick({}, "exact", unproven=True).route(9.9, 10.0) == "vllm"
+    assert at.UntunedPick({}, "exact", unproven=True).route(9.0, 10.0) == "helion"
+    assert at.UntunedPick({}, "exact", fallback=True).label == "exact (marked fallback)"
+
+
+def test_untuned_pick_reads_the_config_file_in_effect(tmp_path, monkeypatch):
+    """The pick comes from HL_CONFIG_DIR's file: the exact key with its mark, the nearest entry for
+    another shape without the mark, and hlvllm's layout rule for an exact Block_FP8 key measured on
+    row-major scales in a run on the capture (``tma``) layout: marked stays vLLM's, unmarked is
+    unproven (the guard's rule)."""
+    cfg = {**default_scaled_mm_config(1, 768, 256), "num_warps": 8}
+    path = tmp_path / "scaled_mm" / "nvidia_h200.json"
+    cs.save_config_file(
+        path,
+        [
+            cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 768, 256, 1), cfg, fallback=True),
+            cs.ConfigEntry(cs.scaled_mm_key("block_fp8", 768, 256, 1), cfg, fallback=True),
+            cs.ConfigEntry(cs.scaled_mm_key("block_fp8", 768, 256, 2), cfg),
+        ],
+        META,
+    )
+    monkeypatch.setenv("HL_CONFIG_DIR", str(tmp_path))
+    smc.clear_scaled_mm_config_cache()
+    try:
+        key = at.TuneKey("fp8_dynamic", 768, 256, 1, ("qkv tp1",))
+        pick = at.untuned_pick(key, at.TuneOptions(), gpu="NVIDIA H200")
+        assert (pick.config, pick.source, pick.fallback, pick.unproven) == (cfg, "exact", True, False)
+        other = at.untuned_pick(
+            at.TuneKey("fp8_dynamic", 1024, 256, 1, ()), at.TuneOptions(), gpu="NVIDIA H200"
+        )
+        assert (other.config, other.source, other.fallback) == (cfg, "nearest", False)
+        row, tma = at.TuneOptions(block_scale_a="row"), at.TuneOptions(block_scale_a="tma")
+        marked, unmarked = at.TuneKey("block_fp8", 768, 256, 1, ()), at.TuneKey("block_fp8", 768, 256, 2, ())
+        for key, options, want in [
+            (marked, row, (True, False)),
+            (marked, tma, (True, False)),  # slower on tma: the row mark holds
+            (unmarked, row, (False, False)),
+            (unmarked, tma, (False, True)),  # Helion's row win is not proven on tma
+        ]:
+            pick = at.untuned_pick(key, options, gpu="NVIDIA H200")
+            assert (pick.fallback, pick.unproven) == want, (key, options.block_scale_a)
+        none = at.untuned_pick(at.TuneKey("w8a8_int8", 768, 256, 1, ()), at.TuneOptions(), gpu="NVIDIA H200")
+        assert none.source == "heuristic" and none.config == default_scaled_mm_config(1, 768, 256)
+    finally:
+        smc.clear_scaled_mm_config_cache()
+
+
+def test_fastest_keeps_the_first_on_a_tie():
+    assert at.fastest([("tuned", {"a": 1}, 9.0), ("default", {}, 9.0), ("untuned", {}, 10.0)])[0] == "tuned"
+    assert at.fastest([("tuned", {}, 9.0), ("default", {}, 9.5), ("untuned", {"b": 2}, 8.0)])[1] == {"b": 2}
+
+
+def test_step_table_compares_tuned_with_the_untuned_dispatch(tmp_path):
+    """``tuned vs untuned`` adds each layer's untuned time as the plugin would route it (an exact
+    marked key: vLLM's time; a nearest pick: Helion only under the 2 % rule) over the tuned dispatch;
+    the stats written to the file say which pick the untuned time was."""
+    from pathlib import Path
+
+    def status(n, layer, helion, vllm, untuned_us, pick, fallback=False):
+        key = at.TuneKey("fp8_dynamic", n, 4096, 1, (layer,))
+        result = at.CheckResult(
+            True, {}, 0.001, helion, helion, vllm, "cutlass", fallback, untuned_us=untuned_us, untuned=pick
+        )
+        return at.KeyStatus(key, "tuned", 1.0, result)
+
+    summary = at.RunSummary(Path(tmp_path / "f.json"))
+    summary.statuses = [
+        status(6144, "qkv tp1", 10.0, 12.0, 11.0, at.UntunedPick({}, "exact", fallback=True)),  # untuned: 12
+        status(4096, "o tp1", 8.0, 9.0, 8.9, at.UntunedPick({}, "nearest")),  # 8.9*1.02 > 9: vLLM, 9
+        status(12288, "gate_up tp1", 20.0, 25.0, 21.0, at.UntunedPick({}, "nearest")),  # Helion, 21
+        status(4096 * 3, "down tp1", 15.0, 14.0, 15.0, at.UntunedPick({}, "exact"), fallback=True),  # 15 / 14
+    ]
+    row = at.step_table(summary).rows[0]
+    assert row[3] == f"{10 + 8 + 20 + 15:.1f}"
+    assert row[7] == f"{(12 + 9 + 21 + 15) / (10 + 8 + 20 + 14):.3f}"
+    stats = summary.statuses[0].result.stats()
+    assert stats["untuned_us"] == 11.0 and stats["untuned_source"] == "exact (marked fallback)"
+
+
+@pytest.mark.parametrize("mode", ["op", "capture"])
+def test_untuned_route_agrees_with_hlvllm_routing_on_the_shipped_file(monkeypatch, mode):
+    """On the shipped H200 file, for every Qwen3-8B and Llama-3.1-8B key of the three formats (exact
+    keys, both scale_a layouts' marks) and a model's shapes outside the file (nearest picks), in
+    both dispatch modes: where hlvllm's :func:`hlvllm.routing.decide` routes without its speed guard,
+    :meth:`UntunedPick.route` gives the same path whatever the times; where decide leaves the key
+    to the guard, the pick follows the guard's rule."""
+    from hlvllm import routing
+    from hlvllm.settings import get_settings
+
+    monkeypatch.delenv("HL_CONFIG_DIR", raising=False)
+    for var in ("HL_UNTUNED_SHAPES", "HL_DETERMINISTIC", "HL_MAX_HELION_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HL_DISPATCH_AT", mode)
+    monkeypatch.setattr(smc, "current_gpu_name", lambda device=None: "nvidia_h200")
+    monkeypatch.setattr(cs, "installed_helion_version", lambda: "1.5.0")
+    get_settings.cache_clear()
+    smc.clear_scaled_mm_config_cache()
+    routing.reset()
+    options = at.TuneOptions(block_scale_a=routing.block_scale_a())
+    models = ["qwen3-8b", "llama-3.1-8b", {**TINY, "hidden_size": 2304, "intermediate_size": 7000}]
+    checked = {"helion": 0, "vllm": 0, "guarded": 0}
+    try:
+        for model in models:
+            config = load_model_config(model) if isinstance(model, str) else model
+            for key in at.build_keys(config, list(FORMAT_NAMES), [1], [1, 8, 32]):
+                route = routing.decide(key.fmt, key.m, key.n, key.k)
+                pick = at.untuned_pick(key, options)
+                if route.guarded:
+                    assert pick.source != "exact" or pick.unproven, key
+                    assert (pick.route(9.0, 10.0), pick.route(9.9, 10.0)) == ("helion", "vllm"), key
+                    checked["guarded"] += 1
+                else:
+                    want = "helion" if route.path == routing.HELION else "vllm"
+                    assert pick.route(9.0, 10.0) == pick.route(11.0, 10.0) == want, (key, route.reason)
+                    checked[want] += 1
+    finally:
+        get_settings.cache_clear()
+        smc.clear_scaled_mm_config_cache()
+        routing.reset()
+    assert all(checked.values()), checked  # each kind of route was met

@@ -12,9 +12,11 @@ For each key, :func:`run_autotune` calls
    the search, candidates checked against the fp32 reference, CUDA-graph benchmarking), then
 2. a *checker* ``check(key, config, options) -> CheckResult`` (on a GPU :func:`gpu_checker`: the
    tuned config against the fp32 reference, then timed under CUDA-graph replay with rotating weights
-   against the default config and vLLM's default kernel for the format and shape
-   (:func:`time_vllm_kernel`); the faster of tuned and default is kept, and a key where vLLM's
-   kernel is faster is saved with ``"fallback": true``),
+   against the default config, the *untuned* config (what the plugin runs for this key without
+   this run: the picker's entry in the config file in effect, :func:`untuned_pick`) and vLLM's
+   default kernel for the format and shape (:func:`time_vllm_kernel`); the fastest Helion config
+   is kept (so a key never ends slower than the heuristic or the file it replaces, in that
+   measurement), and a key where vLLM's kernel is faster is saved with ``"fallback": true``),
 
 and saves the key at once (checkpoint: :func:`hlcore.config_store.save_config_file` merges and
 writes atomically). A rerun skips keys already in the file (``force`` retunes them); a failing key
@@ -52,6 +54,7 @@ from hlcore.config_store import (
 )
 from hlcore.formats import FORMAT_NAMES, get_format
 from hlcore.scaled_mm_config import check_scaled_mm_config
+from hltools.bench_compare import GUARD_MARGIN
 from hltools.format_names import check_formats
 from hltools.provenance import versions
 from hltools.results import ResultTable, cell, geomean
@@ -133,6 +136,65 @@ class TuneOptions:
     block_scale_a: str = "row"
 
 
+@dataclass(frozen=True)
+class UntunedPick:
+    """The config the plugin dispatches for a key without this run's configs: the picker's pick
+    (:func:`hlcore.scaled_mm_config.pick_scaled_mm_config`) from the config file in effect
+    (``HL_CONFIG_DIR``, else the shipped one). ``source``: the pick's source (``exact``,
+    ``same_shape``, ``nearest``, ``default``, ``heuristic``); ``fallback``: the exact key is marked
+    fallback (a mark is never inherited by another shape); ``unproven``: an exact Block_FP8 key
+    measured on the other scale_a layout whose verdict does not carry over to the run's layout
+    (:func:`hlvllm.routing.decide`'s layout rule), so the plugin's speed guard times it."""
+
+    config: dict[str, Any]
+    source: str
+    fallback: bool = False
+    unproven: bool = False
+
+    @property
+    def label(self) -> str:
+        return (
+            self.source
+            + (" (marked fallback)" if self.fallback else "")
+            + (" (guarded)" if self.unproven else "")
+        )
+
+    def route(self, helion_us: float | None, vllm_us: float) -> str:
+        """``"helion"`` or ``"vllm"`` by hlvllm's routing rules (:func:`hlvllm.routing.decide`, the
+        default settings) applied to this pick and the two times: an exact key runs Helion unless it is
+        marked fallback; ``heuristic`` (no entry of the format in the file) runs vLLM's kernel; any
+        other pick (and an unproven exact key) runs Helion only when the speed guard's rule holds,
+        ``helion_us * GUARD_MARGIN <= vllm_us`` (the rule, not the guard's own timing)."""
+        if self.source == "exact" and not self.unproven:
+            return "vllm" if self.fallback else "helion"
+        if self.source == "heuristic" or helion_us is None:
+            return "vllm"
+        return "helion" if helion_us * GUARD_MARGIN <= vllm_us else "vllm"
+
+
+def untuned_pick(key: TuneKey, options: TuneOptions, gpu: str | None = None) -> UntunedPick:
+    """The :class:`UntunedPick` of ``key`` on ``gpu`` (None: the current CUDA device's name), for a
+    run on ``options.block_scale_a``: the config file in effect when this process first picks
+    (``--output`` into that same directory makes keys this run already saved count as untuned).
+    The layout rule as hlvllm's: a key measured on row-major scale_a and marked fallback stays
+    vLLM's on the capture (``tma``) layout, which is slower; an unmarked one is unproven there (and
+    the reverse for a key measured on ``tma`` in a row-major run)."""
+    from hlcore.scaled_mm_config import pick_scaled_mm_config
+
+    pick = pick_scaled_mm_config(key.fmt, key.m, key.n, key.k, gpu=gpu)
+    exact = pick.source == "exact"
+    blocked = get_format(key.fmt).block_size is not None
+    other_layout = exact and blocked and pick.block_scale_a != options.block_scale_a
+    unproven = other_layout and pick.fallback == (pick.block_scale_a == "tma")
+    return UntunedPick(pick.config, pick.source, exact and pick.fallback and not unproven, unproven)
+
+
+def fastest(timed: Sequence[tuple[str, dict[str, Any], float]]) -> tuple[str, dict[str, Any], float]:
+    """The fastest of ``(name, config, µs)`` candidates, the first on a tie (the tuned one comes
+    first: a tie keeps it)."""
+    return min(timed, key=lambda t: t[2])
+
+
 @dataclass
 class CheckResult:
     """What the checker found for one tuned config. ``config`` is what gets saved (the tuned
@@ -147,6 +209,18 @@ class CheckResult:
     fallback_name: str | None = None
     fallback: bool = False
     note: str = ""
+    #: the untuned config's time (µs) and its pick (:func:`untuned_pick`): None when not timed
+    untuned_us: float | None = None
+    untuned: UntunedPick | None = None
+
+    def untuned_dispatched_us(self) -> float | None:
+        """The time the plugin spends on this key without this run's config: the untuned pick's
+        route (:meth:`UntunedPick.route`) with this check's times; None when a time it needs is
+        missing."""
+        if self.untuned is None or self.fallback_us is None:
+            return None
+        route = self.untuned.route(self.untuned_us, self.fallback_us)
+        return self.fallback_us if route == "vllm" else self.untuned_us
 
     def slower_than_fallback(self) -> bool:
         """Helion's time is above vLLM's kernel's (False when either was not measured)."""
@@ -161,6 +235,8 @@ class CheckResult:
             "default_us": self.default_us,
             "fallback_us": self.fallback_us,
             "fallback_kernel": self.fallback_name,
+            "untuned_us": self.untuned_us,
+            "untuned_source": self.untuned.label if self.untuned is not None else None,
         }
         return {
             k: v for k, v in out.items() if v is not None and not (isinstance(v, float) and math.isnan(v))
@@ -506,14 +582,41 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
         return time_graph([lambda d=d: fn(d) for d in copies]).median_us
 
     default = default_scaled_mm_config(key.m, key.n, key.k)
-    tuned_us = timed(lambda d: sm.scaled_mm(**d, config=config))
-    default_us = timed(lambda d: sm.scaled_mm(**d, config=default))
-    best, best_us = (config, tuned_us) if tuned_us <= default_us else (default, default_us)
-    result = CheckResult(True, best, rel_err=err, helion_us=best_us, default_us=default_us)
-    if best is default:
-        result.note = (
-            f"default config faster than the tuned one ({default_us:.1f} vs {tuned_us:.1f} µs): kept"
-        )
+    untuned = untuned_pick(key, options)
+    times: dict[str, float] = {}  # one timing per distinct config
+
+    def time_config(c: dict[str, Any]) -> float:
+        ck = json.dumps(c, sort_keys=True)
+        if ck not in times:
+            times[ck] = timed(lambda d: sm.scaled_mm(**d, config=c))
+        return times[ck]
+
+    tuned_us, default_us = time_config(config), time_config(default)
+    untuned_us = time_config(untuned.config)
+    name, best, best_us = fastest(
+        [
+            ("tuned", config, tuned_us),
+            ("default", default, default_us),
+            ("untuned", untuned.config, untuned_us),
+        ]
+    )
+    if name != "tuned":  # the config saved must pass the reference check too
+        other_err = rel_error(sm.scaled_mm(**inputs, config=best), sm.scaled_mm_ref(**inputs))
+        if other_err <= tol:
+            err = other_err
+        else:
+            name, best, best_us = "tuned", config, tuned_us
+    result = CheckResult(
+        True,
+        best,
+        rel_err=err,
+        helion_us=best_us,
+        default_us=default_us,
+        untuned_us=untuned_us,
+        untuned=untuned,
+    )
+    if name != "tuned":
+        result.note = f"{name} config faster than the tuned one ({best_us:.1f} vs {tuned_us:.1f} µs): kept"
     try:
         result.fallback_name, result.fallback_us = time_vllm_kernel(copies, key.fmt, time_graph)
         result.fallback = result.slower_than_fallback()
@@ -549,14 +652,17 @@ def keys_table(keys: Sequence[TuneKey], done: set, fallback: set, title: str) ->
 
 
 def summary_table(summary: RunSummary) -> ResultTable:
-    """Each key of a run: its status, Helion's (tuned or default) and vLLM's times, the speedup."""
-    columns = ["format", "N", "K", "M", "status", "Helion µs", "default µs", "vLLM µs", "speedup", "note"]
+    """Each key of a run: its status, Helion's (the kept config's), the default config's, the
+    untuned config's (:class:`UntunedPick`) and vLLM's times, the speedup."""
+    columns = ["format", "N", "K", "M", "status", "Helion µs", "default µs", "untuned µs", "vLLM µs"]
+    columns += ["speedup", "note"]
     rows = []
     for s in summary.statuses:
         r = s.result
         speedup = r.fallback_us / r.helion_us if r and r.fallback_us and r.helion_us else None
         status = s.status + (" (fallback)" if r and r.fallback and s.status == "tuned" else "")
         times = [cell(r.helion_us if r else None, ".1f"), cell(r.default_us if r else None, ".1f")]
+        times.append(cell(r.untuned_us if r else None, ".1f"))
         times += [cell(r.fallback_us if r else None, ".1f"), cell(speedup, ".2f")]
         rows.append([s.key.fmt, str(s.key.n), str(s.key.k), str(s.key.m), status, *times, s.message])
     return ResultTable(f"autotune summary ({summary.path})", columns, rows, left=("format", "status", "note"))
@@ -566,7 +672,11 @@ def step_table(summary: RunSummary) -> ResultTable | None:
     """A decode step's GEMM time as the user feels it, per (format, TP, M): each linear layer of one
     decoder layer once (a key's ``layers`` say which; a decode step runs every decoder layer, so the
     ratios hold for the whole step), with the tuned configs, with the heuristic ones and with vLLM's
-    kernel; ``dispatched`` takes vLLM's time where the key is marked fallback. Beside it, the plain
+    kernel; ``dispatched`` takes vLLM's time where the key is marked fallback. ``tuned vs untuned``:
+    the step as the plugin ran it before this run (each key's :class:`UntunedPick` routed by
+    :meth:`CheckResult.untuned_dispatched_us`: the shipped file's configs and marks, or the nearest
+    entry under the speed guard's rule) over the step dispatched with the tuned configs, the gain a
+    user gets from tuning; empty where a key's untuned time was not measured. Beside it, the plain
     geomean over keys of heuristic / tuned time, which weighs a 7 µs and a 28 µs GEMM alike. Rows
     only where every layer of the (format, TP, M) was timed in this run; None when there are none."""
     groups: dict[tuple[str, str, int], list[CheckResult | None]] = {}
@@ -574,24 +684,30 @@ def step_table(summary: RunSummary) -> ResultTable | None:
         for layer in s.key.layers:  # "qkv tp1"
             groups.setdefault((s.key.fmt, layer.rsplit(" ", 1)[-1], s.key.m), []).append(s.result)
     columns = ["format", "TP", "M", "tuned µs", "heuristic µs", "vLLM µs", "tuned vs heuristic"]
-    columns += ["dispatched vs vLLM", "geomean over keys"]
+    columns += ["tuned vs untuned", "dispatched vs vLLM", "geomean over keys"]
     rows = []
     for (fmt, tp, m), results in groups.items():
         if not all(r is not None and r.helion_us and r.default_us for r in results):
             continue
         tuned, heuristic = sum(r.helion_us for r in results), sum(r.default_us for r in results)
         per_key = geomean(r.default_us / r.helion_us for r in results)
-        vllm = dispatched = None
+        vllm = dispatched = untuned = None
         if all(r.fallback_us for r in results):
             vllm = sum(r.fallback_us for r in results)
-            dispatched = vllm / sum(r.fallback_us if r.fallback else r.helion_us for r in results)
+            tuned_dispatched = sum(r.fallback_us if r.fallback else r.helion_us for r in results)
+            dispatched = vllm / tuned_dispatched
+            untuned_each = [r.untuned_dispatched_us() for r in results]
+            if all(untuned_each):
+                untuned = sum(untuned_each) / tuned_dispatched
         cells = [
             cell(tuned, ".1f"),
             cell(heuristic, ".1f"),
             cell(vllm, ".1f"),
             cell(heuristic / tuned, ".3f"),
         ]
-        rows.append([fmt, tp, str(m), *cells, cell(dispatched, ".3f"), cell(per_key, ".3f")])
+        rows.append(
+            [fmt, tp, str(m), *cells, cell(untuned, ".3f"), cell(dispatched, ".3f"), cell(per_key, ".3f")]
+        )
     title = "decode step: the GEMMs of one decoder layer, time-weighted"
     return ResultTable(title, columns, rows, left=("format", "TP")) if rows else None
 
@@ -601,7 +717,10 @@ def status_line(status: KeyStatus) -> str:
     r, label = status.result, status.key.label
     if status.status == "tuned":
         line = f"[green]tuned[/] {label} in {status.seconds:.0f} s: {cell(r.helion_us, '.1f')} µs"
-        line += f" (default {cell(r.default_us, '.1f')}, {r.fallback_name or 'vLLM'} {cell(r.fallback_us, '.1f')})"
+        untuned = (
+            f", untuned {cell(r.untuned_us, '.1f')} ({r.untuned.label})" if r.untuned is not None else ""
+        )
+        line += f" (default {cell(r.default_us, '.1f')}{untuned}, {r.fallback_name or 'vLLM'} {cell(r.fallback_us, '.1f')})"
         if r.fallback:
             line += " [yellow]slower than vLLM's kernel: marked fallback"
         return line
