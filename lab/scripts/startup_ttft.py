@@ -45,8 +45,9 @@ could only change what happens there; the engines then log stats (both alike).
 caches before the rounds, so no timed process compiled anything. With the CPU sets rotated
 (2026-12-04, eighth session, FP8_Dynamic and W8A8_INT8) the two plugin-free engines still read
 0.88-0.96x apart in the same order in both runs: fastest the one started on the other's caches
-(``ctl``), slowest ``off``, which compiled in its own process like ``on``. Whether that history is
-what separates them is what a warm run answers: if the A/A then agrees, so can on/off.
+(``ctl``), slowest ``off``, which compiled in its own process like ``on``. Warm (ninth session,
+FP8_Dynamic) they read 1.05-1.09x apart the other way round, so the compile history is not what
+separates them: two engine instances differ by several percent whatever this script controls.
 
 ``--order`` names the engines, the first being the baseline every other is compared with; a name
 that starts with ``on`` loads the plugin (unless ``--aa``), any other does not. Three engines,
