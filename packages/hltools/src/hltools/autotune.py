@@ -54,7 +54,7 @@ from hlcore.config_store import (
 )
 from hlcore.formats import FORMAT_NAMES, get_format
 from hlcore.scaled_mm_config import check_scaled_mm_config
-from hltools.bench_compare import GUARD_MARGIN
+from hltools.bench_compare import runs_helion
 from hltools.format_names import check_formats
 from hltools.provenance import versions
 from hltools.results import ResultTable, cell, geomean
@@ -163,13 +163,12 @@ class UntunedPick:
         """``"helion"`` or ``"vllm"`` by hlvllm's routing rules (:func:`hlvllm.routing.decide`, the
         default settings) applied to this pick and the two times: an exact key runs Helion unless it is
         marked fallback; ``heuristic`` (no entry of the format in the file) runs vLLM's kernel; any
-        other pick (and an unproven exact key) runs Helion only when the speed guard's rule holds,
-        ``helion_us * GUARD_MARGIN <= vllm_us`` (the rule, not the guard's own timing)."""
-        if self.source == "exact" and not self.unproven:
-            return "vllm" if self.fallback else "helion"
-        if self.source == "heuristic" or helion_us is None:
+        other pick (and an unproven exact key) runs Helion only when the speed guard's rule holds
+        (:func:`hltools.bench_compare.runs_helion`: the rule, not the guard's own timing)."""
+        if self.source == "heuristic":
             return "vllm"
-        return "helion" if helion_us * GUARD_MARGIN <= vllm_us else "vllm"
+        exact = self.source == "exact" and not self.unproven
+        return "helion" if runs_helion(exact, self.fallback, helion_us, vllm_us) else "vllm"
 
 
 def untuned_pick(key: TuneKey, options: TuneOptions, gpu: str | None = None) -> UntunedPick:

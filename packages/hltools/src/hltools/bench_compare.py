@@ -54,6 +54,16 @@ class Layer:
     vllm_us: float
 
 
+def runs_helion(exact: bool, marked: bool, helion_us: float | None, vllm_us: float) -> bool:
+    """Whether the plugin runs Helion on a key, by :func:`hlvllm.routing.decide`'s rules applied to
+    measured times: a config from the key's own exact entry runs Helion unless the entry is marked
+    fallback (``marked``); any other config only when the speed guard's rule holds,
+    ``helion_us * GUARD_MARGIN <= vllm_us`` (never without a Helion time)."""
+    if exact:
+        return not marked
+    return helion_us is not None and helion_us * GUARD_MARGIN <= vllm_us
+
+
 def dispatched(helion: BenchResult | None, vllm: BenchResult) -> Layer:
     """The time the plugin would spend on one layer (the rules in the module docstring). Raises
     ValueError when ``vllm`` has no time."""
@@ -63,10 +73,8 @@ def dispatched(helion: BenchResult | None, vllm: BenchResult) -> Layer:
     use_helion = False
     if helion is not None and helion.ok and helion.median_us is not None:
         label = helion.config.partition("{")[0].strip()  # "<source>[ (marked fallback)]"
-        if label.removesuffix(MARKED_SUFFIX) == "exact":
-            use_helion = not label.endswith(MARKED_SUFFIX)
-        else:
-            use_helion = helion.median_us * GUARD_MARGIN <= v
+        exact = label.removesuffix(MARKED_SUFFIX) == "exact"
+        use_helion = runs_helion(exact, label.endswith(MARKED_SUFFIX), helion.median_us, v)
     return Layer(vllm.layer, "helion", helion.median_us, v) if use_helion else Layer(vllm.layer, "vllm", v, v)
 
 
