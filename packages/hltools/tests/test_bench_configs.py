@@ -14,6 +14,7 @@ from hlcore import config_store as cs
 from hlcore import scaled_mm_config as smc
 from hlcore.scaled_mm_config import default_scaled_mm_config, pick_scaled_mm_config
 from hltools import bench
+from hltools import bench_configs as bc
 from hltools.bench import BenchResult
 from hltools.bench_configs import entries_from_bench, measured_config, pick_from_config_dir
 from hltools.cli import app
@@ -341,6 +342,8 @@ def test_cli_resolves_label_only_rows_with_config_dir(tmp_path, picks, monkeypat
     for (fmt, n, m), e in got.items():
         assert e.config == picks(fmt, n, 4096, m).config
     assert cf.metadata["command"].endswith(f"--config-dir {ran}")
+    # the file it ran is named, with what made it (this one records no command)
+    assert cf.metadata["configs_from"] == [{"file": path}] and cf.metadata["note"] == bc.NOTE_FILES
 
 
 def test_cli_skips_label_only_rows_without_config_dir(tmp_path):
@@ -560,7 +563,9 @@ def test_a_tuned_file_re_marked_from_three_bench_runs_of_itself(tmp_path):
         _pair(10.4, 10.0, m=1, config=exact) + _pair(9.9, 10.0, m=2, config=exact + " (marked fallback)"),
         _pair(9.9, 10.0, m=1, config=exact) + _pair(10.1, 10.0, m=2, config=exact + " (marked fallback)"),
     ]
-    files = [str(_write_bench(tmp_path / f"run{i}.json", r)) for i, r in enumerate(runs)]
+    ran = bc.config_file_provenance(out, "NVIDIA H200", "1.5.0")  # what bench kernels records
+    assert ran == {"file": str(path), "command": "hltools autotune --effort grid"}
+    files = [str(_write_bench(tmp_path / f"run{i}.json", r, config_file=ran)) for i, r in enumerate(runs)]
     result = runner.invoke(app, ["configs", "from-bench", *files, "--output", str(out)])
     assert result.exit_code == 0, result.output
     cf = cs.read_config_file(path)
@@ -568,3 +573,46 @@ def test_a_tuned_file_re_marked_from_three_bench_runs_of_itself(tmp_path):
         entry = cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m))
         assert entry.config == TUNED and entry.fallback is fallback
     assert cf.metadata["earlier"][0]["command"] == "hltools autotune --effort grid"
+    # the new file says its configs came from the autotuned file, once (three processes ran it)
+    assert cf.metadata["configs_from"] == [ran] and "not autotuned" not in cf.metadata["note"]
+
+
+def test_config_file_provenance_follows_the_picker(tmp_path):
+    """The file a benchmark with HL_CONFIG_DIR=dir runs: none (heuristic), another helion's passed
+    over, an unreadable one reported, the fitting one with the fields saying how it was made."""
+    assert bc.config_file_provenance(tmp_path / "none", "NVIDIA H200", "1.5.0") is None
+    path = _config_file(tmp_path / "old", helion="1.4.0")
+    assert bc.config_file_provenance(tmp_path / "old", "NVIDIA H200", "1.5.0") is None
+    assert bc.config_file_provenance(tmp_path / "old", "nvidia_h200", "1.4.0") == {"file": str(path)}
+    bad = cs.config_file_path("scaled_mm", "nvidia_h200", tmp_path / "bad")
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{not json")
+    got = bc.config_file_provenance(tmp_path / "bad", "NVIDIA H200", "1.5.0")
+    assert got["file"] == str(bad) and got["error"]
+    meta = {"gpu": "nvidia_h200", "helion": "1.5.0", "command": "hltools autotune", "effort": "grid", "x": 1}
+    good = cs.config_file_path("scaled_mm", "nvidia_h200", tmp_path / "good")
+    cs.save_config_file(good, [cs.ConfigEntry({}, dict(DEFAULT))], meta)
+    got = bc.config_file_provenance(tmp_path / "good", "NVIDIA H200", "1.5.0")
+    assert got == {"file": str(good), "command": "hltools autotune", "effort": "grid"}
+
+
+@pytest.mark.parametrize(
+    ("recorded", "note"),
+    [([None, None], "NOTE_HEURISTIC"), ([None, "absent"], "NOTE"), (["absent", "absent"], "NOTE")],
+)
+def test_the_note_says_what_the_benchmarks_recorded_of_their_config_file(tmp_path, recorded, note):
+    """Every process recorded no config file: heuristic defaults, not autotuned; a process older
+    than the record: the earlier note (it cannot say)."""
+    files = [
+        str(
+            _write_bench(
+                tmp_path / f"r{i}.json", _pair(9.0, 10.0), **({} if r == "absent" else {"config_file": r})
+            )
+        )
+        for i, r in enumerate(recorded)
+    ]
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["configs", "from-bench", *files, "--output", str(out), *ONE_RUN])
+    assert result.exit_code == 0, result.output
+    meta = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json").metadata
+    assert meta["note"] == getattr(bc, note) and "configs_from" not in meta

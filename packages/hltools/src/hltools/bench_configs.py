@@ -97,6 +97,23 @@ NOTE = (
     "than Helion by more than the command's --margin in the median over its benchmark processes (one "
     "per input file, at least --min-processes)"
 )
+#: The note when the benchmarks ran config files (``configs_from`` says which, and how they were made).
+NOTE_FILES = (
+    "configs are the entries of the config files in `configs_from` (each with the command that made "
+    "it) that the benchmark rows ran, or the heuristic defaults where a file had no entry, as measured "
+    "by `hltools bench kernels`; fallback marks where vLLM's default kernel was faster than Helion by "
+    "more than the command's --margin in the median over its benchmark processes (one per input file, "
+    "at least --min-processes)"
+)
+#: The note when every benchmark recorded that it ran without a config file.
+NOTE_HEURISTIC = (
+    "configs are the heuristic defaults (the benchmarks ran without a config file) as measured by "
+    "`hltools bench kernels`, not autotuned; fallback marks where vLLM's default kernel was faster "
+    "than Helion by more than the command's --margin in the median over its benchmark processes (one "
+    "per input file, at least --min-processes)"
+)
+#: The ``_metadata`` fields of a config file that say how it was made (kept in ``configs_from``).
+CONFIG_FILE_FIELDS = ("command", "commit", "date", "effort", "source")
 
 
 class BenchConfigError(ValueError):
@@ -167,6 +184,31 @@ def pick_from_config_dir(
         why = "; ".join(passed_over)
     config_json = json.dumps(default_scaled_mm_config(m, n, k), sort_keys=True)
     return ScaledMMConfigPick(config_json, HEURISTIC, path=file_without_entry, gpu=canonical), why
+
+
+def config_file_provenance(
+    config_dir: str | Path, gpu: str, helion: str | None = None
+) -> dict[str, Any] | None:
+    """The scaled_mm config file a benchmark on GPU ``gpu`` (raw or canonical name) with
+    ``HL_CONFIG_DIR=config_dir`` and helion ``helion`` (None: this machine's) runs, and how it was
+    made: ``{"file": <path>, **its _metadata's CONFIG_FILE_FIELDS}`` for the first file among the
+    GPU's names that exists and fits (the picker's order, :func:`pick_from_config_dir`);
+    ``{"file": <path>, "error": <why>}`` for one that cannot be read; None when no file fits (the
+    heuristic defaults run). ``hltools bench kernels`` records it as ``config_file`` in its
+    metadata; ``configs from-bench`` copies it to ``configs_from``."""
+    helion = helion or installed_helion_version()
+    for name in gpu_name_candidates(gpu):
+        path = config_file_path(SCALED_MM_KERNEL, name, config_dir)
+        try:
+            meta = read_config_file(path).metadata
+        except FileNotFoundError:
+            continue
+        except Exception as exc:  # noqa: BLE001 (recorded, not raised: provenance only)
+            return {"file": str(path), "error": str(exc)[:200]}
+        if metadata_mismatch(meta, name, helion):
+            continue
+        return {"file": str(path), **{f: meta[f] for f in CONFIG_FILE_FIELDS if meta.get(f)}}
+    return None
 
 
 def measured_config(r: BenchResult, *, config_dir: Path | None = None) -> tuple[dict[str, Any] | None, str]:
@@ -340,10 +382,14 @@ def _one(values: Iterable[str], what: str) -> str:
 
 
 def bench_metadata(
-    results: Sequence[BenchResult], bench_meta: Sequence[Mapping[str, Any]] = (), command: str = ""
+    results: Sequence[BenchResult],
+    bench_meta: Sequence[Mapping[str, Any]] = (),
+    command: str = "",
+    config_dir: Path | None = None,
 ) -> dict[str, Any]:
     """The ``_metadata`` of the file: GPU (canonical and raw), versions, commit and date of the
-    benchmark rows (one GPU and one helion version, else :class:`BenchConfigError`)."""
+    benchmark rows (one GPU and one helion version, else :class:`BenchConfigError`), and the note
+    and ``configs_from`` of :func:`configs_from`."""
     gpu_name = _one((r.gpu for r in results), "GPU")
     if not gpu_name:
         raise BenchConfigError("the benchmark rows do not name their GPU")
@@ -359,7 +405,6 @@ def bench_metadata(
         **{d: v for d, v in versions.items() if v},
         "versions": {d: v for d, v in versions.items() if v},
         "source": SOURCE,
-        "note": NOTE,
         "date": max((r.date for r in results if r.date), default=""),
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -370,7 +415,30 @@ def bench_metadata(
         meta["bench_commands"] = bench_commands
     if command:
         meta["command"] = command
+    files, note = configs_from(bench_meta, config_dir, gpu_name, helion)
+    meta["note"] = note
+    if files:
+        meta["configs_from"] = files
     return {k: v for k, v in meta.items() if v not in ("", None) or k == "commit"}
+
+
+def configs_from(
+    bench_meta: Sequence[Mapping[str, Any]], config_dir: Path | None, gpu: str, helion: str
+) -> tuple[list[dict[str, Any]], str]:
+    """``(files, note)``: the config files the benchmark processes ran (each process's
+    ``config_file`` metadata, or :func:`config_file_provenance` of ``config_dir`` for all of them
+    when given: the config directory they ran with), without repeats, and the file's note:
+    :data:`NOTE_FILES` when a process ran a file, :data:`NOTE_HEURISTIC` when every process
+    recorded that it ran none, else (benchmarks older than the record) :data:`NOTE`."""
+    if config_dir is not None:
+        found = [config_file_provenance(config_dir, gpu, helion)]
+    else:
+        found = [m.get("config_file") for m in bench_meta if "config_file" in m]
+    files = [f for i, f in enumerate(found) if f and f not in found[:i]]
+    if files:
+        return files, NOTE_FILES
+    known = config_dir is not None or (bool(bench_meta) and len(found) == len(bench_meta))
+    return [], NOTE_HEURISTIC if known else NOTE
 
 
 STATS_NOTE = (
@@ -396,7 +464,7 @@ def stats_metadata(metadata: Mapping[str, Any], config_file: Path | str) -> dict
 
 
 #: ``_metadata`` fields that say where a file's entries came from (kept under ``"earlier"`` on merge).
-PROVENANCE_FIELDS = ("command", "bench_commands", "date", "generated", "commit", "note")
+PROVENANCE_FIELDS = ("command", "bench_commands", "configs_from", "date", "generated", "commit", "note")
 
 
 def earlier_provenance(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -99,6 +99,8 @@ def kernels(
     )
     import torch
 
+    from hlcore.configs import config_dir
+    from hltools.bench_configs import config_file_provenance
     from hltools.results import provenance
     from hltools.timing import copy_bandwidth_gbs
 
@@ -110,6 +112,7 @@ def kernels(
         "num_tokens": tokens, "out_dtype": out_dtype.value, "repeats": repeats, "warmup": warmup,
         "seed": seed, "copy_bandwidth_gbs": bandwidth, "block_scale_a": block_scale_a,
         "candidates": {p: [c.kernel for c in cs] for p, cs in candidates.items()},
+        "config_file": config_file_provenance(config_dir(), gpu),
     }  # fmt: skip
     _flashinfer_note(out, metadata)
     out.print(f"GPU {gpu}: measured copy bandwidth {bandwidth:.0f} GB/s; {len(shapes)} shapes -> {output}")

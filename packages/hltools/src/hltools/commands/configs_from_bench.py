@@ -55,9 +55,10 @@ ConfigDir = Annotated[
         metavar="<path>",
         exists=True,
         file_okay=False,
-        help="The config directory the benchmark ran with: label-only rows of older benchmarks "
-        "(`exact`, `nearest`...) are resolved with the picker against its file for the rows' GPU "
-        "(else they are skipped).",
+        help="The config directory the benchmark ran with (its HL_CONFIG_DIR): label-only rows of older "
+        "benchmarks (`exact`, `nearest`...) are resolved with the picker against its file for the rows' "
+        "GPU (else they are skipped), and the file is named in `configs_from` with the command that "
+        "made it (newer benchmarks record it themselves).",
     ),
 ]
 OnlyNew = Annotated[
@@ -105,9 +106,11 @@ def from_bench(
     `"fallback": true` (dispatch keeps vLLM's kernel there) only when vLLM's default kernel is
     faster by more than --margin in the median of at least --min-processes independent benchmark
     processes (one per input file); keys measured in fewer processes are skipped. GPU, versions and
-    date come from the benchmark rows. These configs are what the benchmark ran (the heuristic
-    defaults unless it had a config file), not autotuned ones. The measurements behind each key go
-    to a stats sidecar (`--stats-output`), not the config file.
+    date come from the benchmark rows. These configs are what the benchmark ran: the heuristic
+    defaults, or the entries of the config file it ran with (an autotuned one, for instance); the
+    file's `configs_from` names those files and the commands that made them (from the benchmarks'
+    metadata, or from --config-dir). The measurements behind each key go to a stats sidecar
+    (`--stats-output`), not the config file.
     """
     console = opt.console()
     results, bench_meta, processes = bc.read_bench(kernels_json)
@@ -120,7 +123,7 @@ def from_bench(
         + (["--force"] if force else [])
     )
     try:
-        metadata = bc.bench_metadata(results, bench_meta, command)
+        metadata = bc.bench_metadata(results, bench_meta, command, config_dir)
     except bc.BenchConfigError as exc:
         console.print(f"[bold red]{exc}")
         raise typer.Exit(2) from None
