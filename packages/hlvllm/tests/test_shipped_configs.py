@@ -8,7 +8,11 @@ only when vLLM's kernel is faster by more than 2 % in the median over the proces
 process's worst ratio. Qwen3-8B's 28 Block_FP8 keys were measured again on 2026-12-04 the way capture
 mode runs them (``lab/results/2026-12-04-c/raw/KC*``: ``--block-scale-a tma``, vLLM's column-major
 scale_a, with ``prefetch_scales``): those three processes give their configs, marks (same rule) and
-``"block_scale_a": "tma"``. Dispatch routes a marked key to vLLM's kernel. The measurements behind each key live
+``"block_scale_a": "tma"``. Qwen3-4B's and Qwen3-1.7B's FP8_Dynamic keys (28 each) are autotuned
+(``hltools autotune --effort grid``, the grid files under ``lab/results/2026-12-04-{i,j}/raw/RT-*``):
+their configs are those files' entries and their marks come from three benchmark processes run with
+``HL_CONFIG_DIR`` on each grid file (``lab/results/2026-12-04-j/raw/{RC,RT}-*/kb-tuned*``), same
+rule. Dispatch routes a marked key to vLLM's kernel. The measurements behind each key live
 in the stats sidecar beside the benchmark results
 (``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file."""
 
@@ -57,6 +61,19 @@ CAPTURE_MARKS = [
 SPIN_UP_MARKS = [
     BENCH_DIR / "2026-12-04-i" / "raw" / "KM" / f"kb-14b-{i}" / "kernels.json" for i in (1, 2, 3)
 ]
+#: The autotuned models: grid file (``hltools autotune --effort grid``) and the three benchmark
+#: processes that ran it (configs and marks of those keys).
+RUNS_J = BENCH_DIR / "2026-12-04-j" / "raw"
+TUNED = {
+    "qwen3-4b": (
+        BENCH_DIR / "2026-12-04-i" / "raw" / "RT-qwen3-4b-fp8_dynamic" / "grid",
+        [RUNS_J / "RC-qwen3-4b-fp8_dynamic" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
+    ),
+    "qwen3-1.7b": (
+        RUNS_J / "RT-qwen3-1.7b-fp8_dynamic" / "grid",
+        [RUNS_J / "RT-qwen3-1.7b-fp8_dynamic" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
+    ),
+}
 MARGIN, MIN_PROCESSES = 0.02, 3
 
 
@@ -93,6 +110,8 @@ def _bench_keys() -> dict[tuple, bool]:
     out.update(_marks(MARKS))
     out.update(_marks(CAPTURE_MARKS))
     out.update(_marks(SPIN_UP_MARKS))
+    for _, runs in TUNED.values():
+        out.update(_marks(runs))
     return out
 
 
@@ -123,7 +142,28 @@ def test_metadata_names_h200_and_helion_1_5(shipped):
     meta = shipped.metadata
     assert meta["gpu"] == "nvidia_h200" and meta["gpu_name"] == "NVIDIA H200"
     assert meta["helion"] == "1.5.0" and meta["vllm"] == "0.26.0"
-    assert meta["source"] == "hltools bench kernels" and "not autotuned" in meta["note"]
+    assert meta["source"] == "hltools bench kernels"
+    # the latest two imports name the autotuned grid files they ran; every earlier one was not autotuned
+    chain = [meta, *meta["earlier"]]
+    grids = [c["configs_from"] for c in chain[:2]]
+    want = [[{"file": str(g / "scaled_mm" / "nvidia_h200.json").removeprefix(str(ROOT) + "/")}]
+            for g, _ in reversed(TUNED.values())]  # fmt: skip
+    assert [[{"file": f["file"]} for f in g] for g in grids] == want
+    assert all("--effort grid" in f["command"] for g in grids for f in g)
+    assert all("not autotuned" in c["note"] for c in chain[2:] if "note" in c)
+    assert not any("configs_from" in c for c in chain[2:])
+
+
+def test_autotuned_keys_are_their_grid_files_configs(shipped):
+    """Every key of the two grid files ships with the grid file's config (what the three benchmark
+    processes ran); the marks come from those processes (test_fallback_marks_match_the_benchmark)."""
+    got = {(e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e.config for e in shipped.entries.values()}
+    for model, (grid, _) in TUNED.items():
+        tuned = cs.read_config_file(grid / "scaled_mm" / "nvidia_h200.json")
+        assert len(tuned.entries) == 28, model
+        for e in tuned.entries.values():
+            key = (e.key["format"], e.key["n"], e.key["k"], e.key["m"])
+            assert got[key] == e.config, (model, key)
 
 
 def test_every_config_is_valid(shipped):
