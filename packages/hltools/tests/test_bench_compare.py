@@ -36,7 +36,8 @@ def _pair(layer, m, helion_us, vllm_us, config=EXACT, ok=True, model="tiny", fmt
         (MARKED, True, 8.0, 9.0, "vllm", 9.0),  # a marked key runs vLLM even when Helion is faster
         (NEAREST, True, 9.85, 10.0, "vllm", 10.0),  # a 1.5 % win is not enough (9.85 * 1.02 > 10)
         (NEAREST, True, 9.75, 10.0, "helion", 9.75),  # 2.56 %
-        ("heuristic", True, 5.0, 10.0, "helion", 5.0),
+        ("heuristic", True, 5.0, 10.0, "vllm", 10.0),  # no entry of the format: vLLM's, as hlvllm
+        ("heuristic {}", True, 5.0, 10.0, "vllm", 10.0),
         (EXACT, False, 5.0, 10.0, "vllm", 10.0),  # out of tolerance
         (EXACT, True, None, 10.0, "vllm", 10.0),  # not timed
     ],

@@ -8,10 +8,12 @@ spend on it. That time is the run's Helion time or its vLLM time, by the rules o
 
 - the Helion row's config came from an exact key of the config file (``exact ...``): Helion, unless
   the key is marked fallback (``exact (marked fallback) ...``), then vLLM's kernel;
-- any other source (``nearest``, ``heuristic``: the picker reused or made up a config): the speed
-  guard's rule, Helion only when its time is at most vLLM's / :data:`GUARD_MARGIN` (a 2 % win),
-  else vLLM's kernel. The guard times the shape itself at start-up; this uses the run's times, so
-  it is the guard's rule, not its exact verdict;
+- ``heuristic`` (the file has no entry of the format, or there is no file): vLLM's kernel, as the
+  plugin runs it with the default ``HL_UNTUNED_SHAPES`` (never an unmeasured config);
+- any other source (``nearest``, ``same_shape``, ``default``: the picker reused a config of the
+  file): the speed guard's rule, Helion only when its time is at most vLLM's / :data:`GUARD_MARGIN`
+  (a 2 % win), else vLLM's kernel. The guard times the shape itself at start-up; this uses the
+  run's times, so it is the guard's rule, not its exact verdict;
 - a Helion row that did not run or was out of tolerance (``ok`` false): vLLM's kernel.
 
 The two runs are separate processes, so their vLLM times differ by the machine's drift: ``after vs
@@ -26,7 +28,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hltools.bench_configs import MARKED_SUFFIX
+from hltools.bench_configs import HEURISTIC, MARKED_SUFFIX
 from hltools.kernel_results import BenchResult
 from hltools.results import ResultTable, cell
 
@@ -36,8 +38,10 @@ GUARD_MARGIN = 1.02
 #: The dispatch rules, as the markdown report states them.
 RULES = (
     "Each layer runs as the plugin would dispatch it, by this run's own times: an exact tuned key runs "
-    "Helion (vLLM's kernel where the key is marked fallback); a nearest or heuristic config runs Helion "
-    f"only when its time is at most vLLM's / {GUARD_MARGIN} (the speed guard's rule, not its own timing); a Helion "
+    "Helion (vLLM's kernel where the key is marked fallback); a heuristic config (no entry of the format "
+    "in the file) runs vLLM's kernel (the default HL_UNTUNED_SHAPES); another config of the file (nearest) "
+    f"runs Helion only when its time is at most vLLM's / {GUARD_MARGIN} (the speed guard's rule, not its own "
+    "timing); a Helion "
     "row that did not run or was out of tolerance runs vLLM's kernel. 'normalized' divides each step by "
     "its own run's vLLM step first."
 )
@@ -73,8 +77,11 @@ def dispatched(helion: BenchResult | None, vllm: BenchResult) -> Layer:
     use_helion = False
     if helion is not None and helion.ok and helion.median_us is not None:
         label = helion.config.partition("{")[0].strip()  # "<source>[ (marked fallback)]"
-        exact = label.removesuffix(MARKED_SUFFIX) == "exact"
-        use_helion = runs_helion(exact, label.endswith(MARKED_SUFFIX), helion.median_us, v)
+        source = label.removesuffix(MARKED_SUFFIX)
+        exact = source == "exact"
+        use_helion = source != HEURISTIC and runs_helion(
+            exact, label.endswith(MARKED_SUFFIX), helion.median_us, v
+        )
     return Layer(vllm.layer, "helion", helion.median_us, v) if use_helion else Layer(vllm.layer, "vllm", v, v)
 
 

@@ -32,7 +32,8 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
     """Decode-step GEMM time of two `bench kernels` runs (for instance the configs an untuned model
     gets, then the file `hltools autotune` wrote, through `HL_CONFIG_DIR`): per (model, format, TP, M),
     the sum over one decoder layer's linear layers of each layer's time as the plugin would run it.
-    An exact tuned key runs Helion (vLLM's kernel where it is marked fallback); a nearest or heuristic
+    An exact tuned key runs Helion (vLLM's kernel where it is marked fallback); a heuristic config (the
+    file has no entry of the format) runs vLLM's kernel, as the plugin does by default; a nearest
     config runs Helion only with a 2 % win over vLLM's kernel in that run (the speed guard's rule).
     Prints the step per M (plain ratio, and normalized by each run's own vLLM step, which cancels the
     drift between two processes), each run against vLLM's kernel, and per model and format the spread
