@@ -16,6 +16,8 @@ from hltools.cli import bench_app
 
 RUNS = Path(__file__).resolve().parents[3] / "lab" / "runs"
 FORMATS = {"fp8_dynamic", "w8a8_int8", "block_fp8"}
+#: Options whose value must exist when parsed (a variable there is read as the current directory).
+EXISTING = {"--config-dir"}
 
 
 def _scripts():
@@ -81,7 +83,8 @@ def test_kb_calls_parse():
 
 def _hltools_calls():
     """(script, words after ``python3 -m hltools``) of each direct call, line continuations joined,
-    shell arithmetic read as 7, ``$MODEL8B`` as qwen3-8b and other variables as a path."""
+    shell arithmetic read as 7, ``$MODEL8B`` as qwen3-8b and other variables as a path (``.`` after
+    an option of :data:`EXISTING`)."""
     out = []
     for script in SCRIPTS:
         text = script.read_text().replace("\\\n", " ")
@@ -91,7 +94,11 @@ def _hltools_calls():
             cmd = ln.split("python3 -m hltools", 1)[1].split(";")[0].split("&&")[0].split(">")[0]
             cmd = re.sub(r"\$\(\(.*?\)\)+", "7", cmd)
             cmd = cmd.replace("$MODEL8B", "qwen3-8b")
-            words = [w if "$" not in w else "x" for w in shlex.split(cmd)]
+            words = shlex.split(cmd)  # a variable: "x"; after an option that must exist: "."
+            words = [
+                w if "$" not in w else "." if i and words[i - 1] in EXISTING else "x"
+                for i, w in enumerate(words)
+            ]
             out.append((script.name, words))
     return out
 
