@@ -100,6 +100,19 @@ def test_compare_sums_each_step_and_notes_what_one_run_lacks():
     assert row[-1] == f"{(28 + 33) / (31 + 30):.3f}"
 
 
+def test_slower_layers_lists_a_layer_slower_both_plainly_and_normalized():
+    """M=1 down: Helion 18 before, vLLM's 22 after (marked): slower both ways, listed. A layer slower
+    only plainly (vLLM drifted as much) or by less than the margin is not."""
+    before, after = _runs()
+    before += [*_pair("qkv", 2, 10.0, 10.0), *_pair("o", 2, 10.0, 10.0)]
+    after += [*_pair("qkv", 2, 10.5, 11.0), *_pair("o", 2, 10.15, 10.0)]  # drift; 1.5 %
+    (row,) = c.slower_layers(before, after)
+    assert (row.m, row.before.layer, row.before.path, row.after.path) == (1, "down", "helion", "vllm")
+    assert row.gain == pytest.approx(18 / 22) and row.gain_normalized == pytest.approx((18 / 20) / (22 / 22))
+    assert [r.before.layer for r in c.slower_layers(before, after, margin=0.01)] == ["down", "o"]
+    assert c.slower_layers(after, after) == []
+
+
 def _write(path: Path, results, command: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -124,6 +137,15 @@ def test_cli_prints_and_writes_markdown_and_exits_on_bad_input(tmp_path):
     m1 = f"| 1 | 28.0 | 31.0 | 30.0 / 33.0 | 1/2 → 1/2 | {28 / 31:.3f} | {(28 / 30) / (31 / 33):.3f} | {30 / 28:.3f} | {33 / 31:.3f} |"
     assert m1 in text
     assert "only in the before run" in res.output
+    assert "## layers slower in tuned than in nearest by more than 2 %" in text
+    assert (
+        f"| tiny | fp8_dynamic | tp1 | 1 | down | 18.00 (helion) | 22.00 (vllm) | {18 / 22:.3f} | 0.900 |"
+        in text
+    )
+    same = runner.invoke(app, ["bench", "compare", str(b), str(b), "--markdown", str(md)])
+    assert (
+        same.exit_code == 0 and "No layer slower in after than in before by more than 2 %." in md.read_text()
+    )
     missing = runner.invoke(app, ["bench", "compare", str(a), str(tmp_path / "none")])
     assert missing.exit_code == 1 and "AFTER:" in missing.output and "bench kernels" in missing.output
     assert runner.invoke(app, ["bench", "compare", str(a), str(b), "--names", "x"]).exit_code == 2

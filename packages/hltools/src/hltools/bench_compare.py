@@ -160,6 +160,64 @@ def compare(before: Iterable[BenchResult], after: Iterable[BenchResult]) -> tupl
     return rows, notes
 
 
+#: A layer is listed as slower when the after run's time is above the before run's by more than this,
+#: both plainly and normalized (the marks' margin: one process pair is noisier than that per layer).
+SLOWER_MARGIN = 0.02
+
+
+@dataclass(frozen=True)
+class SlowerLayer:
+    """One linear layer at one (model, format, TP, M), as each run dispatches it."""
+
+    model: str
+    format: str
+    tp: int
+    m: int
+    before: Layer
+    after: Layer
+
+    @property
+    def gain(self) -> float:
+        return self.before.us / self.after.us
+
+    @property
+    def gain_normalized(self) -> float:
+        return (self.before.us / self.before.vllm_us) / (self.after.us / self.after.vllm_us)
+
+
+def slower_layers(
+    before: Iterable[BenchResult], after: Iterable[BenchResult], margin: float = SLOWER_MARGIN
+) -> list[SlowerLayer]:
+    """The layers both runs timed that the after run runs slower, as dispatched: ``before / after``
+    below ``1 / (1 + margin)`` both plainly and normalized by each run's vLLM time of that layer
+    (``hltools autotune`` seeds the heuristic so no key should end worse; this lists where a pair
+    of processes says otherwise). Sorted by the normalized ratio, worst first."""
+    a, b = step_layers(before), step_layers(after)
+    out = []
+    for key in sorted(set(a) & set(b)):
+        for name in sorted(set(a[key]) & set(b[key])):
+            row = SlowerLayer(*key, a[key][name], b[key][name])
+            if max(row.gain, row.gain_normalized) < 1.0 / (1.0 + margin):
+                out.append(row)
+    return sorted(out, key=lambda r: r.gain_normalized)
+
+
+def slower_table(rows: Sequence[SlowerLayer], before: str, after: str) -> ResultTable:
+    """One row per layer of :func:`slower_layers`."""
+    columns = ["model", "format", "TP", "M", "layer", f"{before} µs", f"{after} µs", f"{after} vs {before}"]
+    columns += ["normalized"]
+    out = [
+        [r.model, r.format, f"tp{r.tp}", str(r.m), r.before.layer]
+        + [f"{x.us:.2f} ({x.path})" for x in (r.before, r.after)]
+        + [cell(r.gain, ".3f"), cell(r.gain_normalized, ".3f")]
+        for r in rows
+    ]
+    title = (
+        f"layers slower in {after} than in {before} by more than {SLOWER_MARGIN * 100:g} % (plain and normalized)"
+    )
+    return ResultTable(title, columns, out, left=("model", "format", "layer"))
+
+
 def step_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
     """One row per (model, format, TP, M)."""
     columns = [

@@ -25,7 +25,7 @@ After = Annotated[
 Names = Annotated[
     str, typer.Option(help="The two runs' names in the tables, comma-separated (before,after).")
 ]
-Markdown = Annotated[Path | None, typer.Option(help="Also write both tables as markdown here.")]
+Markdown = Annotated[Path | None, typer.Option(help="Also write the tables as markdown here.")]
 
 
 def compare(before: Before, after: After, names: Names = "before,after", markdown: Markdown = None) -> None:
@@ -36,8 +36,8 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
     file has no entry of the format) runs vLLM's kernel, as the plugin does by default; a nearest
     config runs Helion only with a 2 % win over vLLM's kernel in that run (the speed guard's rule).
     Prints the step per M (plain ratio, and normalized by each run's own vLLM step, which cancels the
-    drift between two processes), each run against vLLM's kernel, and per model and format the spread
-    over M. Needs no GPU. Exits 1 when a file cannot be read or the runs share no timed step, 2 when
+    drift between two processes), each run against vLLM's kernel, per model and format the spread
+    over M, and the layers the second run runs more than 2 % slower (plainly and normalized). Needs no GPU. Exits 1 when a file cannot be read or the runs share no timed step, 2 when
     `--names` is not two names."""
     from hltools import bench_compare as c
     from hltools.kernel_results import read_results
@@ -70,8 +70,13 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
         out.print(f"[bold red]{before} and {after} share no (model, format, TP, M) with vLLM timed")
         raise typer.Exit(1)
     tables = [c.step_table(rows, *labels), c.summary_table(rows, *labels)]
+    slower = c.slower_layers(runs[0][1], runs[1][1])
+    if slower:
+        tables.append(c.slower_table(slower, *labels))
     for t in tables:
         out.print(t.rich())
+    if not slower:
+        out.print(f"no layer slower in {labels[1]} than in {labels[0]} by more than {c.SLOWER_MARGIN * 100:g} %")
     if markdown is not None:
         from hltools.results import provenance_text, write_text
 
@@ -83,5 +88,10 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
         lines += ["", c.RULES, ""]
         for t in tables:
             lines += [f"## {t.title}", "", *t.markdown(), ""]
+        if not slower:
+            lines += [
+                f"No layer slower in {labels[1]} than in {labels[0]} by more than {c.SLOWER_MARGIN * 100:g} %.",
+                "",
+            ]
         write_text(markdown, "\n".join(lines))
         out.print(f"wrote {markdown}")
