@@ -8,18 +8,23 @@
 #   RG   RT_MODEL in RT_FORMAT grid-tuned (`hltools autotune --effort grid`) and `bench kernels` with
 #        the shipped file, into $RES/RT-<model>-<format> (~230-280 s + ~70 s)
 #   RB   that grid file (or GRID=<dir>, e.g. a committed one) benched in RB_RUNS processes (default
-#        "1 2 3": kb-tuned1..3), `bench compare kb-shipped kb-tuned1` when kb-shipped is there, and
-#        `configs from-bench` over the runs into a copy of configs/ when there are three (~70 s a run)
+#        "1 2 3": kb-tuned1..3), after the shipped file once when RB_SHIPPED=1 and kb-shipped is not
+#        there yet; `bench compare kb-shipped kb-tuned1` (with its slower-layers check) when
+#        kb-shipped is there, and `configs from-bench` over the runs into a copy of configs/ when
+#        there are three (~40-75 s a run)
 #   other phases: as in 2026-12-21.sh (RC) and through it 2026-12-20.sh (RT, TW, TU3, KM), ...
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   RT_MODEL=m RT_FORMAT=f [GRID=dir RB_RUNS="..."] LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-22.sh RG | RB
 # Order (1,800 s), each line one call sent within seconds of the last reply (the machine is reset
 # ~30 s after a call ends, /tmp with it):
-#   the bundle's part.02 with RB RT_MODEL=qwen3-4b RT_FORMAT=w8a8_int8 RB_RUNS=5
-#     GRID=lab/results/2026-12-04-j/raw/RT-qwen3-4b-w8a8_int8/grid (LIMIT=100; its third process),
-#     then RG RT_MODEL=qwen3-1.7b RT_FORMAT=w8a8_int8 (LIMIT=400)
-#   RB qwen3-1.7b w8a8_int8 (LIMIT=260), then RG RT_MODEL=qwen3-14b RT_FORMAT=fp8_dynamic (LIMIT=330)
-#   RB qwen3-14b fp8_dynamic (LIMIT=300)
+#   the bundle's part.02 with RB RT_MODEL=qwen3-8b RT_FORMAT=block_fp8 RB_SHIPPED=1
+#     GRID=lab/results/2026-12-04-d/raw/T3/grid (LIMIT=330: Qwen3-8B's committed Block_FP8 grid on
+#     the capture layout, 1.010-1.086x the heuristic per step in its tuning process, never benched
+#     against the shipped KC configs), then RB RT_MODEL=qwen3-4b RT_FORMAT=w8a8_int8 RB_RUNS=5
+#     GRID=lab/results/2026-12-04-j/raw/RT-qwen3-4b-w8a8_int8/grid (LIMIT=100; its third process)
+#   RG RT_MODEL=qwen3-1.7b RT_FORMAT=w8a8_int8 (LIMIT=400)
+#   RB qwen3-1.7b w8a8_int8 (LIMIT=260)
+#   RG RT_MODEL=qwen3-14b RT_FORMAT=fp8_dynamic (LIMIT=400) with what is left (its RB next session)
 set -u
 phase=$1
 here=$(dirname "$0")
@@ -42,6 +47,10 @@ if [ "$step" = RG ]; then
 fi
 grid=${GRID:-$O/grid}
 [ -d "$grid/scaled_mm" ] || { echo "no grid file under $grid: run RG first on this machine"; exit 1; }
+if [ "${RB_SHIPPED:-0}" = 1 ] && [ ! -f "$O/kb-shipped/kernels.json" ]; then
+    run kb-shipped 100 python3 -m hltools bench kernels --model "$m" --formats "$f" --baselines vllm \
+        --no-plots --jobs 16 --output "$O/kb-shipped"
+fi
 runs=()
 for i in ${RB_RUNS:-1 2 3}; do
     run "kb-tuned$i" 100 env HL_CONFIG_DIR="$grid" python3 -m hltools bench kernels --model "$m" \
@@ -51,7 +60,9 @@ done
 if [ -f "$O/kb-shipped/kernels.json" ] && [ ${#runs[@]} -gt 0 ]; then
     run compare 60 python3 -m hltools bench compare "$O/kb-shipped" "${runs[0]}" --names shipped,tuned \
         --markdown "$O/compare.md"
-    tail -n 5 "$O/compare.log"
+    grep -A12 "over M (> 1" "$O/compare.log" | tail -n 4
+    grep -A14 "layers slower" "$O/compare.log"
+    grep "no layer slower" "$O/compare.log"
 fi
 if [ ${#runs[@]} -ge 3 ]; then
     cp -r configs "$O/configs-remarked"
