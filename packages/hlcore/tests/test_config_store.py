@@ -102,6 +102,12 @@ def test_merge_on_save_replaces_same_keys_keeps_others(tmp_path):
     assert cf.metadata == {**META, "seed": 7}
     cs.save_config_file(path, [_entry(1, 1, 1)], merge=False)
     assert list(cs.read_config_file(path).entries) == [_entry(1, 1, 1).id]
+    # drop_metadata: those fields of the file go first; metadata's own (and the others) stay
+    cs.save_config_file(path, [_entry(2, 2, 1)], {**META, "seed": 3, "note": "a"})
+    cs.save_config_file(path, [_entry(3, 3, 1)], {"note": "b"}, drop_metadata=("seed", "note", "absent"))
+    cf = cs.read_config_file(path)
+    kept = {k: v for k, v in META.items() if k != "seed"}
+    assert cf.metadata == {**kept, "note": "b"} and len(cf.entries) == 3
 
 
 def test_atomic_write_leaves_old_file_and_no_temp_on_failure(tmp_path, monkeypatch):

@@ -555,7 +555,12 @@ def test_a_tuned_file_re_marked_from_three_bench_runs_of_itself(tmp_path):
         m: cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m), dict(TUNED), m == 2, {})
         for m in (1, 2)
     }
-    meta = {"gpu": "nvidia_h200", "helion": "1.5.0", "command": "hltools autotune --effort grid"}
+    meta = {
+        "gpu": "nvidia_h200",
+        "helion": "1.5.0",
+        "command": "hltools autotune --effort grid",
+        "effort": "grid",
+    }
     cs.save_config_file(path, list(tuned.values()), meta)
     exact = "exact " + json.dumps(TUNED, sort_keys=True, separators=(",", ":"))
     runs = [
@@ -564,7 +569,7 @@ def test_a_tuned_file_re_marked_from_three_bench_runs_of_itself(tmp_path):
         _pair(9.9, 10.0, m=1, config=exact) + _pair(10.1, 10.0, m=2, config=exact + " (marked fallback)"),
     ]
     ran = bc.config_file_provenance(out, "NVIDIA H200", "1.5.0")  # what bench kernels records
-    assert ran == {"file": str(path), "command": "hltools autotune --effort grid"}
+    assert ran == {"file": str(path), "command": "hltools autotune --effort grid", "effort": "grid"}
     files = [str(_write_bench(tmp_path / f"run{i}.json", r, config_file=ran)) for i, r in enumerate(runs)]
     result = runner.invoke(app, ["configs", "from-bench", *files, "--output", str(out)])
     assert result.exit_code == 0, result.output
@@ -575,6 +580,16 @@ def test_a_tuned_file_re_marked_from_three_bench_runs_of_itself(tmp_path):
     assert cf.metadata["earlier"][0]["command"] == "hltools autotune --effort grid"
     # the new file says its configs came from the autotuned file, once (three processes ran it)
     assert cf.metadata["configs_from"] == [ran] and "not autotuned" not in cf.metadata["note"]
+    assert cf.metadata["effort"] == "grid"  # not provenance: kept
+    # a later import of heuristic rows: its own provenance at the top, the grid file's under earlier
+    heur = _write_bench(tmp_path / "heur.json", _pair(9.0, 10.0, m=4), config_file=None)
+    result = runner.invoke(app, ["configs", "from-bench", str(heur), "--output", str(out), *ONE_RUN])
+    assert result.exit_code == 0, result.output
+    meta = cs.read_config_file(path).metadata
+    assert "configs_from" not in meta and meta["note"] == bc.NOTE_HEURISTIC
+    assert meta["bench_commands"] == ["hltools bench kernels --model x"] and meta["effort"] == "grid"
+    assert meta["earlier"][0]["configs_from"] == [ran]
+    assert meta["earlier"][0]["bench_commands"] == ["hltools bench kernels --model x"] * 3
 
 
 def test_config_file_provenance_follows_the_picker(tmp_path):

@@ -444,9 +444,11 @@ def save_config_file(
     metadata: Mapping[str, Any] | None = None,
     *,
     merge: bool = True,
+    drop_metadata: Iterable[str] = (),
 ) -> ConfigFile:
     """Write ``entries`` (and ``metadata``) to ``path``, merged into the file already there unless
-    ``merge`` is False: same keys are replaced, other keys kept, metadata fields updated.
+    ``merge`` is False: same keys are replaced, other keys kept, metadata fields updated (the
+    file's fields named in ``drop_metadata`` are removed first: only ``metadata``'s own stay).
 
     Raises :class:`ConfigFileError` when merging into an existing file that is not a valid config
     file (it is left untouched rather than overwritten). Returns what was written."""
@@ -457,6 +459,8 @@ def save_config_file(
         current.path = path
     for entry in entries:
         current.entries[entry.id] = entry
+    for name in drop_metadata:
+        current.metadata.pop(name, None)
     if metadata:
         current.metadata.update(metadata)
     data = current.to_json()

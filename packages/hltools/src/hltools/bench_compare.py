@@ -212,9 +212,7 @@ def slower_table(rows: Sequence[SlowerLayer], before: str, after: str) -> Result
         + [cell(r.gain, ".3f"), cell(r.gain_normalized, ".3f")]
         for r in rows
     ]
-    title = (
-        f"layers slower in {after} than in {before} by more than {SLOWER_MARGIN * 100:g} % (plain and normalized)"
-    )
+    title = f"layers slower in {after} than in {before} by more than {SLOWER_MARGIN * 100:g} % (plain and normalized)"
     return ResultTable(title, columns, out, left=("model", "format", "layer"))
 
 

@@ -545,8 +545,12 @@ def write_config_and_stats(
 ) -> None:
     """``entries`` without their stats (key, config, fallback mark) and ``metadata`` (plus
     ``stats_file``) into the config file ``path``; their stats into the sidecar ``stats_path``
-    (same keys, :func:`stats_metadata`). Both merged unless ``merge`` is False."""
+    (same keys, :func:`stats_metadata`). Both merged unless ``merge`` is False; the config file's
+    :data:`PROVENANCE_FIELDS` are ``metadata``'s alone (its ``earlier`` keeps the file's older ones,
+    :func:`merge_target`), so no field of an earlier import (``configs_from``, ``bench_commands``)
+    stays at the top beside another import's command."""
     metadata = {**metadata, "stats_file": str(stats_path)}
-    save_config_file(path, [dataclasses.replace(e, stats={}) for e in entries], metadata, merge=merge)
+    entries_only = [dataclasses.replace(e, stats={}) for e in entries]
+    save_config_file(path, entries_only, metadata, merge=merge, drop_metadata=PROVENANCE_FIELDS)
     stats = {e.id: e.stats for e in entries if e.stats}
     save_stats_file(stats_path, stats, stats_metadata(metadata, path), merge=merge)

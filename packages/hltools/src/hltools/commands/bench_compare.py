@@ -76,7 +76,9 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
     for t in tables:
         out.print(t.rich())
     if not slower:
-        out.print(f"no layer slower in {labels[1]} than in {labels[0]} by more than {c.SLOWER_MARGIN * 100:g} %")
+        out.print(
+            f"no layer slower in {labels[1]} than in {labels[0]} by more than {c.SLOWER_MARGIN * 100:g} %"
+        )
     if markdown is not None:
         from hltools.results import provenance_text, write_text
 
