@@ -9,7 +9,8 @@
 #        the shipped file, into $RES/RT-<model>-<format> (~230-280 s + ~70 s)
 #   RB   that grid file (or GRID=<dir>, e.g. a committed one) benched in RB_RUNS processes (default
 #        "1 2 3": kb-tuned1..3), after the shipped file once when RB_SHIPPED=1 and kb-shipped is not
-#        there yet; `bench compare kb-shipped kb-tuned1` (with its slower-layers check) when
+#        there yet; `bench compare kb-shipped kb-tuned*` (a summary row per process, the slower
+#        layers over their median) when
 #        kb-shipped is there, and `configs from-bench` over the runs into a copy of configs/ when
 #        there are three (~40-75 s a run)
 #   other phases: as in 2026-12-21.sh (RC) and through it 2026-12-20.sh (RT, TW, TU3, KM), ...
@@ -58,9 +59,9 @@ for i in ${RB_RUNS:-1 2 3}; do
     [ -f "$O/kb-tuned$i/kernels.json" ] && runs+=("$O/kb-tuned$i")
 done
 if [ -f "$O/kb-shipped/kernels.json" ] && [ ${#runs[@]} -gt 0 ]; then
-    run compare 60 python3 -m hltools bench compare "$O/kb-shipped" "${runs[0]}" --names shipped,tuned \
+    run compare 60 python3 -m hltools bench compare "$O/kb-shipped" "${runs[@]}" --names shipped,tuned \
         --markdown "$O/compare.md"
-    grep -A12 "over M (> 1" "$O/compare.log" | tail -n 4
+    grep -A7 "over M (> 1" "$O/compare.log" | tail -n 4
     grep -A14 "layers slower" "$O/compare.log"
     grep "no layer slower" "$O/compare.log"
 fi

@@ -107,10 +107,15 @@ def test_slower_layers_lists_a_layer_slower_both_plainly_and_normalized():
     before += [*_pair("qkv", 2, 10.0, 10.0), *_pair("o", 2, 10.0, 10.0)]
     after += [*_pair("qkv", 2, 10.5, 11.0), *_pair("o", 2, 10.15, 10.0)]  # drift; 1.5 %
     (row,) = c.slower_layers(before, after)
-    assert (row.m, row.before.layer, row.before.path, row.after.path) == (1, "down", "helion", "vllm")
+    assert (row.m, row.before.layer, row.before.path, row.after[0].path) == (1, "down", "helion", "vllm")
     assert row.gain == pytest.approx(18 / 22) and row.gain_normalized == pytest.approx((18 / 20) / (22 / 22))
     assert [r.before.layer for r in c.slower_layers(before, after, margin=0.01)] == ["down", "o"]
     assert c.slower_layers(after, after) == []
+    # several after processes: their median decides (down M=1 faster in two of three: not listed)
+    quick = [*_pair("down", 1, 17.0, 20.0), *_pair("qkv", 1, 9.0, 11.0)]
+    assert [r.before.layer for r in c.slower_layers(before, after, quick, quick)] == []
+    (row,) = c.slower_layers(before, after, after, quick)
+    assert row.after_us == 22.0 and row.gain_normalized == pytest.approx((18 / 20) / (22 / 22))
 
 
 def _write(path: Path, results, command: str) -> Path:
@@ -142,6 +147,15 @@ def test_cli_prints_and_writes_markdown_and_exits_on_bad_input(tmp_path):
         f"| tiny | fp8_dynamic | tp1 | 1 | down | 18.00 (helion) | 22.00 (vllm) | {18 / 22:.3f} | 0.900 |"
         in text
     )
+    # three after processes: a summary row each, named after1..3; the step table is after1's
+    c2 = _write(tmp_path / "c2", after, "bench c2")
+    many = runner.invoke(app, ["bench", "compare", str(a), str(b), str(b), str(c2), "--markdown", str(md)])
+    assert many.exit_code == 0, many.output
+    text = md.read_text()
+    assert "- after3: gpu NVIDIA H200; `bench c2`" in text and "vs before, over M" in text
+    for run in ("after1", "after2", "after3"):
+        assert f"| {run} | tiny | fp8_dynamic | tp1 | 2 |" in text
+    assert "## decode step: the GEMMs of one decoder layer as dispatched, after1 vs before" in text
     same = runner.invoke(app, ["bench", "compare", str(b), str(b), "--markdown", str(md)])
     assert (
         same.exit_code == 0 and "No layer slower in after than in before by more than 2 %." in md.read_text()

@@ -167,48 +167,57 @@ SLOWER_MARGIN = 0.02
 
 @dataclass(frozen=True)
 class SlowerLayer:
-    """One linear layer at one (model, format, TP, M), as each run dispatches it."""
+    """One linear layer at one (model, format, TP, M), as the before run and each after run (one
+    or more processes of the same configs) dispatch it."""
 
     model: str
     format: str
     tp: int
     m: int
     before: Layer
-    after: Layer
+    after: tuple[Layer, ...]
+
+    @property
+    def after_us(self) -> float:
+        """The median over the after runs."""
+        return statistics.median(x.us for x in self.after)
 
     @property
     def gain(self) -> float:
-        return self.before.us / self.after.us
+        """before / the after runs' median."""
+        return self.before.us / self.after_us
 
     @property
     def gain_normalized(self) -> float:
-        return (self.before.us / self.before.vllm_us) / (self.after.us / self.after.vllm_us)
+        """The median over the after runs of (before / its vLLM) / (after / its vLLM)."""
+        b = self.before.us / self.before.vllm_us
+        return statistics.median(b / (x.us / x.vllm_us) for x in self.after)
 
 
 def slower_layers(
-    before: Iterable[BenchResult], after: Iterable[BenchResult], margin: float = SLOWER_MARGIN
+    before: Iterable[BenchResult], *after: Iterable[BenchResult], margin: float = SLOWER_MARGIN
 ) -> list[SlowerLayer]:
-    """The layers both runs timed that the after run runs slower, as dispatched: ``before / after``
-    below ``1 / (1 + margin)`` both plainly and normalized by each run's vLLM time of that layer
-    (``hltools autotune`` seeds the heuristic so no key should end worse; this lists where a pair
-    of processes says otherwise). Sorted by the normalized ratio, worst first."""
-    a, b = step_layers(before), step_layers(after)
+    """The layers all runs timed that the after runs run slower, as dispatched: ``gain`` and
+    ``gain_normalized`` (:class:`SlowerLayer`: over the after runs' median) both below
+    ``1 / (1 + margin)`` (``hltools autotune`` seeds the heuristic so no key should end worse; this
+    lists where the processes say otherwise). Sorted by the normalized ratio, worst first."""
+    a, bs = step_layers(before), [step_layers(x) for x in after]
     out = []
-    for key in sorted(set(a) & set(b)):
-        for name in sorted(set(a[key]) & set(b[key])):
-            row = SlowerLayer(*key, a[key][name], b[key][name])
+    for key in sorted(set(a).intersection(*bs)):
+        for name in sorted(set(a[key]).intersection(*(b[key] for b in bs))):
+            row = SlowerLayer(*key, a[key][name], tuple(b[key][name] for b in bs))
             if max(row.gain, row.gain_normalized) < 1.0 / (1.0 + margin):
                 out.append(row)
     return sorted(out, key=lambda r: r.gain_normalized)
 
 
 def slower_table(rows: Sequence[SlowerLayer], before: str, after: str) -> ResultTable:
-    """One row per layer of :func:`slower_layers`."""
+    """One row per layer of :func:`slower_layers` (the after runs' median; their paths)."""
     columns = ["model", "format", "TP", "M", "layer", f"{before} µs", f"{after} µs", f"{after} vs {before}"]
     columns += ["normalized"]
     out = [
-        [r.model, r.format, f"tp{r.tp}", str(r.m), r.before.layer]
-        + [f"{x.us:.2f} ({x.path})" for x in (r.before, r.after)]
+        [r.model, r.format, f"tp{r.tp}", str(r.m), r.before.layer, f"{r.before.us:.2f} ({r.before.path})"]
+        + [f"{r.after_us:.2f} ({'/'.join(dict.fromkeys(x.path for x in r.after))})"]
         + [cell(r.gain, ".3f"), cell(r.gain_normalized, ".3f")]
         for r in rows
     ]
@@ -257,21 +266,35 @@ def step_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
 
 def summary_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
     """Per (model, format, TP): the distribution over M of the step gain, plain and normalized."""
-    groups: dict[tuple[str, str, int], list[StepRow]] = {}
-    for r in rows:
-        groups.setdefault((r.model, r.format, r.tp), []).append(r)
+    return runs_summary_table([(after, rows)], before, after)
+
+
+def runs_summary_table(runs: Sequence[tuple[str, Sequence[StepRow]]], before: str, after: str) -> ResultTable:
+    """:func:`summary_table` for several after runs (``(name, rows)`` each, e.g. three processes
+    of one tuned file): a row per run and (model, format, TP), with a leading ``run`` column when
+    there is more than one."""
     columns = ["model", "format", "TP", "M values", "gain min", "gain median", "gain max"]
     columns += ["normalized min", "normalized median", "normalized max", "summed over M"]
+    several = len(runs) > 1
     out = []
-    for (model, fmt, tp), rs in groups.items():
-        g = [r.gain for r in rs]
-        gn = [r.gain_normalized for r in rs]
-        summed = sum(r.before_us for r in rs) / sum(r.after_us for r in rs)
-        out.append(
-            [model, fmt, f"tp{tp}", str(len(rs))]
-            + [cell(x, ".3f") for x in (min(g), statistics.median(g), max(g))]
-            + [cell(x, ".3f") for x in (min(gn), statistics.median(gn), max(gn), summed)]
-        )
+    for name, rows in runs:
+        groups: dict[tuple[str, str, int], list[StepRow]] = {}
+        for r in rows:
+            groups.setdefault((r.model, r.format, r.tp), []).append(r)
+        for (model, fmt, tp), rs in groups.items():
+            g = [r.gain for r in rs]
+            gn = [r.gain_normalized for r in rs]
+            summed = sum(r.before_us for r in rs) / sum(r.after_us for r in rs)
+            out.append(
+                ([name] if several else [])
+                + [model, fmt, f"tp{tp}", str(len(rs))]
+                + [cell(x, ".3f") for x in (min(g), statistics.median(g), max(g))]
+                + [cell(x, ".3f") for x in (min(gn), statistics.median(gn), max(gn), summed)]
+            )
+    left = ("run", "model", "format") if several else ("model", "format")
     return ResultTable(
-        f"{after} vs {before}, over M (> 1: {after} faster)", columns, out, left=("model", "format")
+        f"{after} vs {before}, over M (> 1: {after} faster)",
+        (["run"] if several else []) + columns,
+        out,
+        left=left,
     )

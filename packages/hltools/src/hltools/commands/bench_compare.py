@@ -17,9 +17,11 @@ Before = Annotated[
     ),
 ]
 After = Annotated[
-    Path,
+    list[Path],
     typer.Argument(
-        help="`kernels.json` of the second run (or its directory), e.g. with `HL_CONFIG_DIR` set."
+        help="`kernels.json` of the second run (or its directory), e.g. with `HL_CONFIG_DIR` set; "
+        "several: separate processes of the same configs (named <after>1, <after>2, ...), each "
+        "summarized, the slower layers taken over their median."
     ),
 ]
 Names = Annotated[
@@ -36,9 +38,10 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
     file has no entry of the format) runs vLLM's kernel, as the plugin does by default; a nearest
     config runs Helion only with a 2 % win over vLLM's kernel in that run (the speed guard's rule).
     Prints the step per M (plain ratio, and normalized by each run's own vLLM step, which cancels the
-    drift between two processes), each run against vLLM's kernel, per model and format the spread
-    over M, and the layers the second run runs more than 2 % slower (plainly and normalized). Needs no GPU. Exits 1 when a file cannot be read or the runs share no timed step, 2 when
-    `--names` is not two names."""
+    drift between two processes; of the first AFTER run), each run against vLLM's kernel, per model and
+    format the spread over M (a row per AFTER run), and the layers the AFTER runs run more than 2 %
+    slower (their median; plainly and normalized). Needs no GPU. Exits 1 when a file cannot be read or
+    the runs share no timed step, 2 when `--names` is not two names."""
     from hltools import bench_compare as c
     from hltools.kernel_results import read_results
 
@@ -47,8 +50,9 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
     if len(labels) != 2 or not all(labels):
         out.print(f"[bold red]--names takes two names, before,after; got {names!r}")
         raise typer.Exit(2)
+    run_names = [labels[1]] if len(after) == 1 else [f"{labels[1]}{i}" for i in range(1, len(after) + 1)]
     runs = []
-    for label, path in zip(("BEFORE", "AFTER"), (before, after), strict=True):
+    for label, path in zip(("BEFORE", *(["AFTER"] * len(after))), (before, *after), strict=True):
         try:
             runs.append(read_results(path))
         except FileNotFoundError:
@@ -59,31 +63,41 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
         except ValueError as exc:
             out.print(f"[bold red]{label}: {exc}")
             raise typer.Exit(1) from None
+    per_run = []
     try:
-        rows, notes = c.compare(runs[0][1], runs[1][1])
+        for name, (_, results) in zip(run_names, runs[1:], strict=True):
+            rows, notes = c.compare(runs[0][1], results)
+            per_run.append((name, rows))
+            for note in notes:
+                out.print(f"[yellow]{name}: {note}" if len(after) > 1 else f"[yellow]{note}")
     except ValueError as exc:
         out.print(f"[bold red]{exc}")
         raise typer.Exit(1) from None
-    for note in notes:
-        out.print(f"[yellow]{note}")
-    if not rows:
-        out.print(f"[bold red]{before} and {after} share no (model, format, TP, M) with vLLM timed")
+    empty = [str(p) for p, (_, rows) in zip(after, per_run, strict=True) if not rows]
+    if empty:
+        out.print(
+            f"[bold red]{before} and {', '.join(empty)} share no (model, format, TP, M) with vLLM timed"
+        )
         raise typer.Exit(1)
-    tables = [c.step_table(rows, *labels), c.summary_table(rows, *labels)]
-    slower = c.slower_layers(runs[0][1], runs[1][1])
+    tables = [
+        c.step_table(per_run[0][1], labels[0], run_names[0]),
+        c.runs_summary_table(per_run, *labels),
+    ]
+    slower = c.slower_layers(runs[0][1], *(r for _, r in runs[1:]))
     if slower:
         tables.append(c.slower_table(slower, *labels))
     for t in tables:
         out.print(t.rich())
+    none_slower = (
+        f"no layer slower in {labels[1]} than in {labels[0]} by more than {c.SLOWER_MARGIN * 100:g} %"
+    )
     if not slower:
-        out.print(
-            f"no layer slower in {labels[1]} than in {labels[0]} by more than {c.SLOWER_MARGIN * 100:g} %"
-        )
+        out.print(none_slower)
     if markdown is not None:
         from hltools.results import provenance_text, write_text
 
         lines = [f"# Decode step: {labels[1]} vs {labels[0]}", "", f"Command: `{opt.command_line()}`", ""]
-        for label, (meta, _) in zip(labels, runs, strict=True):
+        for label, (meta, _) in zip([labels[0], *run_names], runs, strict=True):
             lines.append(
                 f"- {label}: {provenance_text(meta) or '(no metadata)'}; `{meta.get('command', '?')}`"
             )
@@ -91,9 +105,6 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
         for t in tables:
             lines += [f"## {t.title}", "", *t.markdown(), ""]
         if not slower:
-            lines += [
-                f"No layer slower in {labels[1]} than in {labels[0]} by more than {c.SLOWER_MARGIN * 100:g} %.",
-                "",
-            ]
+            lines += [none_slower[0].upper() + none_slower[1:] + ".", ""]
         write_text(markdown, "\n".join(lines))
         out.print(f"wrote {markdown}")
