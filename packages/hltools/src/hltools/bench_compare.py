@@ -41,9 +41,8 @@ RULES = (
     "Helion (vLLM's kernel where the key is marked fallback); a heuristic config (no entry of the format "
     "in the file) runs vLLM's kernel (the default HL_UNTUNED_SHAPES); another config of the file (nearest) "
     f"runs Helion only when its time is at most vLLM's / {GUARD_MARGIN} (the speed guard's rule, not its own "
-    "timing); a Helion "
-    "row that did not run or was out of tolerance runs vLLM's kernel. 'normalized' divides each step by "
-    "its own run's vLLM step first."
+    "timing); a Helion row that did not run or was out of tolerance runs vLLM's kernel. 'normalized' "
+    "divides each step by its own run's vLLM step first."
 )
 
 

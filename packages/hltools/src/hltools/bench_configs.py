@@ -138,6 +138,32 @@ def _read_file(path: str, mtime_ns: int, size: int) -> ConfigFile:
     return read_config_file(path)
 
 
+def _fitting_file(
+    config_dir: str | Path, gpu: str, helion: str
+) -> tuple[Path | None, ConfigFile | None, list[tuple[Path, str, bool]]]:
+    """``(path, file, passed_over)``: the first scaled_mm file among the GPU's names (exact
+    variant, then family) under ``config_dir`` that exists, reads and fits ``helion`` (the
+    picker's order), or ``(None, None, ...)``; ``passed_over``: ``(path, why, unreadable)`` of the
+    names before it."""
+    passed_over: list[tuple[Path, str, bool]] = []
+    for name in gpu_name_candidates(gpu):
+        path = config_file_path(SCALED_MM_KERNEL, name, config_dir)
+        try:
+            st = path.stat()
+            cf = _read_file(str(path), st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            passed_over.append((path, f"no {path}", False))
+            continue
+        except Exception as exc:  # noqa: BLE001 (the picker passes over any unreadable file)
+            passed_over.append((path, f"{path}: {exc}", True))
+            continue
+        if reason := metadata_mismatch(cf.metadata, name, helion):
+            passed_over.append((path, f"{path}: {reason}", False))
+            continue
+        return path, cf, passed_over
+    return None, None, passed_over
+
+
 def pick_from_config_dir(
     config_dir: str | Path, gpu: str, helion: str | None, fmt: str, m: int, n: int, k: int
 ) -> tuple[ScaledMMConfigPick, str]:
@@ -149,24 +175,12 @@ def pick_from_config_dir(
     (exact variant, then family; another helion version or a malformed file is passed over),
     entries with an invalid config dropped, :func:`select_scaled_mm_entry`, else the file's default
     entry, else the heuristic. ``why``: for a heuristic pick, why no file was used (else "")."""
-    helion = helion or installed_helion_version()
     canonical = canonical_gpu_name(gpu)
-    passed_over = []
-    file_without_entry = None
-    for name in gpu_name_candidates(gpu):
-        path = config_file_path(SCALED_MM_KERNEL, name, config_dir)
-        try:
-            st = path.stat()
-            cf = _read_file(str(path), st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            passed_over.append(f"no {path}")
-            continue
-        except Exception as exc:  # noqa: BLE001 (the picker passes over any unreadable file)
-            passed_over.append(f"{path}: {exc}")
-            continue
-        if reason := metadata_mismatch(cf.metadata, name, helion):
-            passed_over.append(f"{path}: {reason}")
-            continue
+    path, cf, passed_over = _fitting_file(config_dir, gpu, helion or installed_helion_version())
+    if cf is None:
+        why = "; ".join(reason for _, reason, _ in passed_over)
+        file_without_entry = None
+    else:  # the picker does not look further than the first usable file
         usable = {i: e for i, e in cf.entries.items() if check_scaled_mm_config(e.config) is None}
         entry, source = select_scaled_mm_entry(usable.values(), fmt, m, n, k)
         if entry is None and () in usable:
@@ -179,9 +193,6 @@ def pick_from_config_dir(
             return pick, ""
         why = f"{path} has no usable {fmt} entry and no default entry"
         file_without_entry = str(path)
-        break  # the picker does not look further than the first usable file
-    else:
-        why = "; ".join(passed_over)
     config_json = json.dumps(default_scaled_mm_config(m, n, k), sort_keys=True)
     return ScaledMMConfigPick(config_json, HEURISTIC, path=file_without_entry, gpu=canonical), why
 
@@ -191,24 +202,17 @@ def config_file_provenance(
 ) -> dict[str, Any] | None:
     """The scaled_mm config file a benchmark on GPU ``gpu`` (raw or canonical name) with
     ``HL_CONFIG_DIR=config_dir`` and helion ``helion`` (None: this machine's) runs, and how it was
-    made: ``{"file": <path>, **its _metadata's CONFIG_FILE_FIELDS}`` for the first file among the
-    GPU's names that exists and fits (the picker's order, :func:`pick_from_config_dir`);
-    ``{"file": <path>, "error": <why>}`` for one that cannot be read; None when no file fits (the
-    heuristic defaults run). ``hltools bench kernels`` records it as ``config_file`` in its
-    metadata; ``configs from-bench`` copies it to ``configs_from``."""
-    helion = helion or installed_helion_version()
-    for name in gpu_name_candidates(gpu):
-        path = config_file_path(SCALED_MM_KERNEL, name, config_dir)
-        try:
-            meta = read_config_file(path).metadata
-        except FileNotFoundError:
-            continue
-        except Exception as exc:  # noqa: BLE001 (recorded, not raised: provenance only)
-            return {"file": str(path), "error": str(exc)[:200]}
-        if metadata_mismatch(meta, name, helion):
-            continue
+    made: ``{"file": <path>, **its _metadata's CONFIG_FILE_FIELDS}`` for the file the picker uses
+    (:func:`pick_from_config_dir`'s); when none fits, ``{"file": <path>, "error": <why>}`` for the
+    first that could not be read, else None (the heuristic defaults run). ``hltools bench kernels``
+    records it as ``config_file`` in its metadata; ``configs from-bench`` copies it to
+    ``configs_from``."""
+    path, cf, passed_over = _fitting_file(config_dir, gpu, helion or installed_helion_version())
+    if cf is not None:
+        meta = cf.metadata
         return {"file": str(path), **{f: meta[f] for f in CONFIG_FILE_FIELDS if meta.get(f)}}
-    return None
+    unreadable = [(p, why) for p, why, bad in passed_over if bad]
+    return {"file": str(unreadable[0][0]), "error": unreadable[0][1][:200]} if unreadable else None
 
 
 def measured_config(r: BenchResult, *, config_dir: Path | None = None) -> tuple[dict[str, Any] | None, str]:
