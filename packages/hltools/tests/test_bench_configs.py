@@ -609,6 +609,17 @@ def test_config_file_provenance_follows_the_picker(tmp_path):
     cs.save_config_file(good, [cs.ConfigEntry({}, dict(DEFAULT))], meta)
     got = bc.config_file_provenance(tmp_path / "good", "NVIDIA H200", "1.5.0")
     assert got == {"file": str(good), "command": "hltools autotune", "effort": "grid"}
+    # an unreadable exact-variant file is passed over, as the picker does: the family file runs
+    fam = tmp_path / "family"
+    bad = cs.config_file_path("scaled_mm", "nvidia_h100_sxm", fam)
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{not json")
+    family = cs.config_file_path("scaled_mm", "nvidia_h100", fam)
+    cs.save_config_file(family, [cs.ConfigEntry({}, dict(DEFAULT))], {**meta, "gpu": "nvidia_h100"})
+    got = bc.config_file_provenance(fam, "NVIDIA H100 80GB HBM3", "1.5.0")
+    assert got == {"file": str(family), "command": "hltools autotune", "effort": "grid"}
+    pick, _ = pick_from_config_dir(fam, "NVIDIA H100 80GB HBM3", "1.5.0", "fp8_dynamic", 1, 64, 64)
+    assert pick.path == got["file"]
 
 
 @pytest.mark.parametrize(
