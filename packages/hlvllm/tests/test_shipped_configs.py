@@ -61,17 +61,28 @@ CAPTURE_MARKS = [
 SPIN_UP_MARKS = [
     BENCH_DIR / "2026-12-04-i" / "raw" / "KM" / f"kb-14b-{i}" / "kernels.json" for i in (1, 2, 3)
 ]
-#: The autotuned models: grid file (``hltools autotune --effort grid``) and the three benchmark
+#: The autotuned models and formats: grid file (``hltools autotune --effort grid``) and the three benchmark
 #: processes that ran it (configs and marks of those keys).
 RUNS_J = BENCH_DIR / "2026-12-04-j" / "raw"
+RUNS_K = BENCH_DIR / "2026-12-04-k" / "raw"
+#: In import order (the file's ``_metadata`` lists the latest import first).
 TUNED = {
-    "qwen3-4b": (
+    "qwen3-4b fp8_dynamic": (
         BENCH_DIR / "2026-12-04-i" / "raw" / "RT-qwen3-4b-fp8_dynamic" / "grid",
         [RUNS_J / "RC-qwen3-4b-fp8_dynamic" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
     ),
-    "qwen3-1.7b": (
+    "qwen3-1.7b fp8_dynamic": (
         RUNS_J / "RT-qwen3-1.7b-fp8_dynamic" / "grid",
         [RUNS_J / "RT-qwen3-1.7b-fp8_dynamic" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
+    ),
+    "qwen3-4b w8a8_int8": (
+        RUNS_J / "RT-qwen3-4b-w8a8_int8" / "grid",
+        [RUNS_J / "RT-qwen3-4b-w8a8_int8" / f"kb-tuned{i}" / "kernels.json" for i in (3, 4)]
+        + [RUNS_K / "RT-qwen3-4b-w8a8_int8" / "kb-tuned5" / "kernels.json"],
+    ),
+    "qwen3-1.7b w8a8_int8": (
+        RUNS_K / "RT-qwen3-1.7b-w8a8_int8" / "grid",
+        [RUNS_K / "RT-qwen3-1.7b-w8a8_int8" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
     ),
 }
 MARGIN, MIN_PROCESSES = 0.02, 3
@@ -143,19 +154,19 @@ def test_metadata_names_h200_and_helion_1_5(shipped):
     assert meta["gpu"] == "nvidia_h200" and meta["gpu_name"] == "NVIDIA H200"
     assert meta["helion"] == "1.5.0" and meta["vllm"] == "0.26.0"
     assert meta["source"] == "hltools bench kernels"
-    # the latest two imports name the autotuned grid files they ran; every earlier one was not autotuned
+    # the latest imports name the autotuned grid files they ran; every earlier one was not autotuned
     chain = [meta, *meta["earlier"]]
-    grids = [c["configs_from"] for c in chain[:2]]
+    grids = [c["configs_from"] for c in chain[: len(TUNED)]]
     want = [[{"file": str(g / "scaled_mm" / "nvidia_h200.json").removeprefix(str(ROOT) + "/")}]
             for g, _ in reversed(TUNED.values())]  # fmt: skip
     assert [[{"file": f["file"]} for f in g] for g in grids] == want
     assert all("--effort grid" in f["command"] for g in grids for f in g)
-    assert all("not autotuned" in c["note"] for c in chain[2:] if "note" in c)
-    assert not any("configs_from" in c for c in chain[2:])
+    assert all("not autotuned" in c["note"] for c in chain[len(TUNED) :] if "note" in c)
+    assert not any("configs_from" in c for c in chain[len(TUNED) :])
 
 
 def test_autotuned_keys_are_their_grid_files_configs(shipped):
-    """Every key of the two grid files ships with the grid file's config (what the three benchmark
+    """Every key of the grid files ships with the grid file's config (what the three benchmark
     processes ran); the marks come from those processes (test_fallback_marks_match_the_benchmark)."""
     got = {(e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e.config for e in shipped.entries.values()}
     for model, (grid, _) in TUNED.items():
