@@ -16,6 +16,7 @@
 #   other phases: as in 2026-12-21.sh (RC) and through it 2026-12-20.sh (RT, TW, TU3, KM), ...
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   RT_MODEL=m RT_FORMAT=f [GRID=dir RB_RUNS="..."] LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-22.sh RG | RB
+#   (GRID_LIMIT, default 330 s: the grid run's limit; KB_LIMIT, default 100 s: each bench run's)
 # Order (1,800 s), each line one call sent within seconds of the last reply (the machine is reset
 # ~30 s after a call ends, /tmp with it):
 #   the bundle's part.02 with RB RT_MODEL=qwen3-8b RT_FORMAT=block_fp8 RB_SHIPPED=1
@@ -39,9 +40,9 @@ phase=RT-$m-$f
 source "$here/phase-lib.sh"
 phase_begin
 if [ "$step" = RG ]; then
-    run "grid-$m-$f" 330 python3 -m hltools autotune --model "$m" --formats "$f" --effort grid --output "$O/grid"
+    run "grid-$m-$f" "${GRID_LIMIT:-330}" python3 -m hltools autotune --model "$m" --formats "$f" --effort grid --output "$O/grid"
     tail -14 "$O/grid-$m-$f.log"
-    run kb-shipped 100 python3 -m hltools bench kernels --model "$m" --formats "$f" --baselines vllm \
+    run kb-shipped "${KB_LIMIT:-100}" python3 -m hltools bench kernels --model "$m" --formats "$f" --baselines vllm \
         --no-plots --jobs 16 --output "$O/kb-shipped"
     phase_end
     exit
@@ -49,12 +50,12 @@ fi
 grid=${GRID:-$O/grid}
 [ -d "$grid/scaled_mm" ] || { echo "no grid file under $grid: run RG first on this machine"; exit 1; }
 if [ "${RB_SHIPPED:-0}" = 1 ] && [ ! -f "$O/kb-shipped/kernels.json" ]; then
-    run kb-shipped 100 python3 -m hltools bench kernels --model "$m" --formats "$f" --baselines vllm \
+    run kb-shipped "${KB_LIMIT:-100}" python3 -m hltools bench kernels --model "$m" --formats "$f" --baselines vllm \
         --no-plots --jobs 16 --output "$O/kb-shipped"
 fi
 runs=()
 for i in ${RB_RUNS:-1 2 3}; do
-    run "kb-tuned$i" 100 env HL_CONFIG_DIR="$grid" python3 -m hltools bench kernels --model "$m" \
+    run "kb-tuned$i" "${KB_LIMIT:-100}" env HL_CONFIG_DIR="$grid" python3 -m hltools bench kernels --model "$m" \
         --formats "$f" --baselines vllm --no-plots --jobs 16 --output "$O/kb-tuned$i"
     [ -f "$O/kb-tuned$i/kernels.json" ] && runs+=("$O/kb-tuned$i")
 done
