@@ -191,6 +191,45 @@ def test_other_gpu_or_helion_file_needs_force(tmp_path):
         at.run_autotune(_keys(), path, tune=FakeTuner(), check=fake_check, metadata=META)
 
 
+def test_a_run_of_another_command_keeps_the_files_provenance_under_earlier(tmp_path):
+    """Tuning model B into model A's file (or into a file that configs from-bench wrote) names B's
+    command at the top and A's (the import's) under ``earlier``; resuming the same command adds
+    nothing there."""
+    path = tmp_path / "nvidia_h200.json"
+    run_a = {**META, "command": "hltools autotune --model a", "model": "a", "effort": "grid", "date": "d1"}
+    at.run_autotune(_keys((1,)), path, tune=FakeTuner(), check=fake_check, metadata=run_a)
+    at.run_autotune(_keys((1, 2)), path, tune=FakeTuner(), check=fake_check, metadata={**run_a, "date": "d2"})
+    assert "earlier" not in cs.read_config_file(path).metadata  # a resume of the same command
+    a_fields = {
+        "command": "hltools autotune --model a",
+        "model": "a",
+        "effort": "grid",
+        "date": "d2",
+        "seed": 3,
+    }
+
+    run_b = {**META, "command": "hltools autotune --model b", "model": "b", "effort": "quick", "date": "d3"}
+    at.run_autotune(_keys((8,)), path, tune=FakeTuner(), check=fake_check, metadata=run_b)
+    cf = cs.read_config_file(path)
+    assert cf.metadata == {**run_b, "earlier": [a_fields]}
+    assert len(cf.entries) == 9  # A's six keys and B's three
+
+    imported = {  # the provenance fields of an import by hltools configs from-bench
+        "command": "hltools configs from-bench x/kernels.json --output configs", "source": "hltools bench kernels",
+        "bench_commands": ["hltools bench kernels ..."], "configs_from": [{"file": "grid.json"}],
+        "note": "not autotuned", "date": "d4", "stats_file": "stats.json",
+    }  # fmt: skip
+    cs.save_config_file(path, [], imported, drop_metadata=("model", "effort", "seed", "earlier"))
+    run_c = {**META, "command": "hltools autotune --model c", "model": "c", "effort": "grid", "date": "d5"}
+    at.run_autotune(_keys((16,)), path, tune=FakeTuner(), check=fake_check, metadata=run_c)
+    meta = cs.read_config_file(path).metadata
+    assert {f: meta.get(f) for f in ("bench_commands", "configs_from", "source", "note")} == dict.fromkeys(
+        ("bench_commands", "configs_from", "source", "note")
+    )
+    assert meta["command"] == run_c["command"] and meta["stats_file"] == "stats.json"
+    assert meta["earlier"] == [{f: v for f, v in imported.items() if f != "stats_file"}]
+
+
 # ------------------------------------------------------------------------------------------------
 # vLLM's kernel as the baseline
 # ------------------------------------------------------------------------------------------------

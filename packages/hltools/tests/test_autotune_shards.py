@@ -96,6 +96,33 @@ def test_another_gpus_file_needs_force(fake_gpus, tmp_path):
     assert cs.read_config_file(path).metadata["gpu"] == "nvidia_h200"  # started afresh
 
 
+def test_a_file_of_another_command_keeps_its_provenance_under_earlier(fake_gpus, tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    other = cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 1, 1, 1), default_scaled_mm_config(1, 1, 1))
+    cs.save_config_file(path, [other], {**META, "command": "hltools autotune --model a", "date": "d1"})
+    shards.run_sharded(
+        _keys(), path, ["0", "1"], options=at.TuneOptions(), context="fork",
+        metadata={**META, "command": "hltools autotune --model b --gpus 2", "date": "d2"},
+    )  # fmt: skip
+    cf = cs.read_config_file(path)
+    assert cf.metadata["command"] == "hltools autotune --model b --gpus 2" and cf.metadata["date"] == "d2"
+    assert cf.metadata["earlier"] == [{"command": "hltools autotune --model a", "date": "d1", "seed": 3}]
+    assert other.id in cf.entries and len(cf.entries) == 9
+
+
+def test_a_stopped_runs_shards_folded_into_another_commands_file_keep_its_provenance(fake_gpus, tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    cs.save_config_file(path, [], {**META, "command": "hltools autotune --model a", "date": "d1"})
+    first = _keys()[0]
+    stopped = {**META, "command": "hltools autotune --model b --gpus 2", "date": "d2"}
+    entry = cs.ConfigEntry(first.key, default_scaled_mm_config(first.m, first.n, first.k))
+    cs.save_config_file(shards.shard_path(path, 0), [entry], stopped)
+    shards.merge_shards(path)
+    meta = cs.read_config_file(path).metadata
+    assert meta["command"] == stopped["command"]
+    assert meta["earlier"] == [{"command": "hltools autotune --model a", "date": "d1", "seed": 3}]
+
+
 def test_cli_rejects_more_gpus_than_visible(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

@@ -577,18 +577,19 @@ def test_a_tuned_file_re_marked_from_three_bench_runs_of_itself(tmp_path):
     for m, fallback in ((1, True), (2, False)):
         entry = cf.get(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, m))
         assert entry.config == TUNED and entry.fallback is fallback
-    assert cf.metadata["earlier"][0]["command"] == "hltools autotune --effort grid"
+    # autotune's provenance (its command and effort) under earlier, not beside the import's command
+    assert cf.metadata["earlier"][0] == {"command": "hltools autotune --effort grid", "effort": "grid"}
+    assert "effort" not in cf.metadata
     # the new file says its configs came from the autotuned file, once (three processes ran it)
     assert cf.metadata["configs_from"] == [ran] and "not autotuned" not in cf.metadata["note"]
-    assert cf.metadata["effort"] == "grid"  # not provenance: kept
     # a later import of heuristic rows: its own provenance at the top, the grid file's under earlier
     heur = _write_bench(tmp_path / "heur.json", _pair(9.0, 10.0, m=4), config_file=None)
     result = runner.invoke(app, ["configs", "from-bench", str(heur), "--output", str(out), *ONE_RUN])
     assert result.exit_code == 0, result.output
     meta = cs.read_config_file(path).metadata
     assert "configs_from" not in meta and meta["note"] == bc.NOTE_HEURISTIC
-    assert meta["bench_commands"] == ["hltools bench kernels --model x"] and meta["effort"] == "grid"
-    assert meta["earlier"][0]["configs_from"] == [ran]
+    assert meta["bench_commands"] == ["hltools bench kernels --model x"] and "effort" not in meta
+    assert meta["earlier"][0]["configs_from"] == [ran] and meta["earlier"][1]["effort"] == "grid"
     assert meta["earlier"][0]["bench_commands"] == ["hltools bench kernels --model x"] * 3
 
 

@@ -20,7 +20,10 @@ For each key, :func:`run_autotune` calls
 
 and saves the key at once (checkpoint: :func:`hlcore.config_store.save_config_file` merges and
 writes atomically). A rerun skips keys already in the file (``force`` retunes them); a failing key
-is reported, not saved, and retried by the next run. Both functions are parameters so that the
+is reported, not saved, and retried by the next run. A run into a file that another command made
+(another model, an import by ``hltools configs from-bench``) moves that file's provenance fields
+under ``_metadata.earlier`` (:func:`save_metadata`), so the file never names this run's command for
+keys it did not tune. Both functions are parameters so that the
 resume/force/failure logic runs without a GPU in tests.
 
 This module imports torch, helion and vLLM only inside the GPU functions.
@@ -55,6 +58,7 @@ from hlcore.config_store import (
 from hlcore.formats import FORMAT_NAMES, get_format
 from hlcore.scaled_mm_config import check_scaled_mm_config
 from hltools.bench_compare import runs_helion
+from hltools.bench_configs import PROVENANCE_FIELDS, earlier_provenance
 from hltools.format_names import check_formats
 from hltools.provenance import versions
 from hltools.results import ResultTable, cell, geomean
@@ -312,11 +316,25 @@ def fallback_keys(existing: ConfigFile | None) -> set:
 class Resume:
     """Where a run starts (:func:`resume`): ``stale``, why the file must start afresh (another GPU's
     or helion's; only with ``force``), else None; ``skipped``, key index -> status of the keys
-    already in the file; ``todo``, the indices of the keys to tune, in order."""
+    already in the file; ``todo``, the indices of the keys to tune, in order; ``metadata``, what
+    each save of the run writes (:func:`save_metadata`)."""
 
     stale: str | None
     skipped: dict[int, KeyStatus]
     todo: list[int]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def save_metadata(existing: ConfigFile | None, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The ``_metadata`` a run with ``metadata`` writes into ``existing`` (:func:`save_tuned` drops
+    the file's :data:`hltools.bench_configs.PROVENANCE_FIELDS` and writes these): ``metadata``
+    itself, plus ``earlier`` (the file's provenance fields, then its own ``earlier``,
+    :func:`hltools.bench_configs.earlier_provenance`) when the file was made by another command.
+    A resumed run (the same command) keeps the file's ``earlier`` as it is."""
+    if existing is None or existing.metadata.get("command") == metadata.get("command"):
+        return dict(metadata)
+    earlier = earlier_provenance(existing.metadata)
+    return {**metadata, "earlier": earlier} if earlier else dict(metadata)
 
 
 def resume(keys: Sequence[TuneKey], path: Path, metadata: dict[str, Any], force: bool = False) -> Resume:
@@ -337,17 +355,20 @@ def resume(keys: Sequence[TuneKey], path: Path, metadata: dict[str, Any], force:
         for i, key in enumerate(keys)
         if _kid(key) in done
     }
-    return Resume(stale, skipped, [i for i in range(len(keys)) if i not in skipped])
+    todo = [i for i in range(len(keys)) if i not in skipped]
+    return Resume(stale, skipped, todo, save_metadata(None if stale else existing, metadata))
 
 
 def save_tuned(path: Path, status: KeyStatus, metadata: dict[str, Any], *, merge: bool) -> None:
     """A ``tuned`` key's entry into ``path`` (marked fallback where vLLM's kernel was faster; a
-    block format's entry records the ``scale_a`` layout it was tuned on, ``metadata["block_scale_a"]``)."""
+    block format's entry records the ``scale_a`` layout it was tuned on, ``metadata["block_scale_a"]``).
+    The file's provenance fields are ``metadata``'s alone (:func:`save_metadata` carries an earlier
+    command's under ``earlier``)."""
     result = status.result
     result.fallback = result.fallback or result.slower_than_fallback()
     layout = metadata.get("block_scale_a", "row") if _is_block_key(status.key.key) else "row"
     entry = ConfigEntry(status.key.key, result.config, result.fallback, result.stats(), layout)
-    save_config_file(path, [entry], metadata, merge=merge)
+    save_config_file(path, [entry], metadata, merge=merge, drop_metadata=PROVENANCE_FIELDS)
 
 
 def run_autotune(
@@ -401,7 +422,7 @@ def run_autotune(
         status.seconds = clock() - start
         left -= 1
         if status.status == "tuned":
-            save_tuned(path, status, metadata, merge=not fresh)
+            save_tuned(path, status, plan.metadata, merge=not fresh)
             fresh = False
         summary.statuses.append(status)
         if on_done:

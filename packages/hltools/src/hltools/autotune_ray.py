@@ -143,7 +143,7 @@ def run_on_ray(
                 keys[i], "failed", message=f"Ray task failed: {type(exc).__name__}: {exc}"[:300]
             )
         if status.status == "tuned":
-            at.save_tuned(path, status, metadata, merge=not fresh)
+            at.save_tuned(path, status, plan.metadata, merge=not fresh)
             fresh = False
         statuses[i] = status
         if on_done:

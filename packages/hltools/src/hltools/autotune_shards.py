@@ -23,6 +23,7 @@ from typing import Any
 
 from hlcore.config_store import read_config_file, save_config_file
 from hltools import autotune as at
+from hltools.bench_configs import PROVENANCE_FIELDS
 
 
 def shard_keys(keys: Sequence[at.TuneKey], shards: int) -> list[list[at.TuneKey]]:
@@ -40,10 +41,12 @@ def shard_path(path: Path, index: int) -> Path:
 
 
 def merge_shards(path: Path, metadata: dict[str, Any] | None = None) -> int:
-    """Fold every shard file beside ``path`` into ``path`` (same keys replaced; the file's metadata
-    updated with ``metadata``, else with the shard's own), delete them, and return how many entries
-    were folded in. A shard file that cannot be read is left in place and
-    raises :class:`hltools.autotune.AutotuneError` naming it."""
+    """Fold every shard file beside ``path`` into ``path`` (same keys replaced; the file's provenance
+    fields replaced by ``metadata``'s, the run's :attr:`hltools.autotune.Resume.metadata`, else by the
+    shard's own with the file's under ``earlier`` where another command made it,
+    :func:`hltools.autotune.save_metadata`), delete them, and return how many entries were folded
+    in. A shard file that cannot be read is left in place and raises
+    :class:`hltools.autotune.AutotuneError` naming it."""
     folded = 0
     for shard in sorted(path.parent.glob(f"{path.stem}.shard*{path.suffix}")):
         try:
@@ -52,7 +55,8 @@ def merge_shards(path: Path, metadata: dict[str, Any] | None = None) -> int:
             raise at.AutotuneError(f"{shard}: cannot fold this shard file into {path.name}: {exc}") from None
         entries = list(shard_file.entries.values())
         if entries:
-            save_config_file(path, entries, metadata or shard_file.metadata, merge=True)
+            meta = metadata or at.save_metadata(at.load_existing(path), shard_file.metadata)
+            save_config_file(path, entries, meta, merge=True, drop_metadata=PROVENANCE_FIELDS)
         shard.unlink()
         folded += len(entries)
     return folded
@@ -115,7 +119,7 @@ def run_sharded(
         summaries = [r.get() for r in results]
     if plan.stale:  # --force over another GPU's or helion's file: it starts afresh, as run_autotune does
         path.unlink()
-    merge_shards(path, metadata)
+    merge_shards(path, plan.metadata)
     for part in summaries:
         summary.statuses += part.statuses
     return summary

@@ -467,8 +467,12 @@ def stats_metadata(metadata: Mapping[str, Any], config_file: Path | str) -> dict
     return {**own, "config_file": str(config_file), "note": STATS_NOTE}
 
 
-#: ``_metadata`` fields that say where a file's entries came from (kept under ``"earlier"`` on merge).
-PROVENANCE_FIELDS = ("command", "bench_commands", "configs_from", "date", "generated", "commit", "note")
+#: ``_metadata`` fields that say where a file's entries came from (kept under ``"earlier"`` on merge):
+#: ``configs from-bench``'s and ``hltools autotune``'s (model, effort, seed, block_scale_a).
+PROVENANCE_FIELDS = (
+    "command", "bench_commands", "configs_from", "date", "generated", "commit", "note", "source",
+    "model", "effort", "seed", "block_scale_a",
+)  # fmt: skip
 
 
 def earlier_provenance(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
