@@ -44,9 +44,9 @@ def _by_key(entries):
 
 
 def _stats(out, fmt, n, k, m):
-    """The stats of one key in the sidecar of config directory ``out`` (default location: beside
-    ``out``, ``lab/results/config-stats``)."""
-    sidecar = cs.stats_file_path("scaled_mm", "nvidia_h200", out.parent / "lab" / "results" / "config-stats")
+    """The stats of one key in the sidecar of config directory ``out`` (default location outside a
+    checkout: ``out`` itself, beside the config file)."""
+    sidecar = cs.stats_file_path("scaled_mm", "nvidia_h200", out)
     return cs.read_stats_file(sidecar)[1][cs.key_id(cs.scaled_mm_key(fmt, n, k, m))]
 
 
@@ -424,11 +424,24 @@ def test_cli_writes_stats_to_the_sidecar_not_the_config_file(tmp_path):
     assert meta["command"] == cf.metadata["command"] and "informative only" in meta["note"]
 
 
-def test_cli_stats_sidecar_default_location_and_merge(tmp_path):
-    """Default: ``lab/results/config-stats`` beside the config directory; a second run merges
-    (new keys added, kept keys' stats untouched with --only-new, replaced without)."""
+def test_cli_stats_sidecar_default_location_in_a_checkout(tmp_path):
+    """In a checkout (``lab/`` beside the config directory) the sidecar goes to
+    ``lab/results/config-stats``, not into the configs the wheel ships."""
+    (tmp_path / "lab").mkdir()
     out = tmp_path / "configs"
+    a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1))
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN])
+    assert result.exit_code == 0, result.output
     sidecar = tmp_path / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h200.stats.json"
+    assert cs.read_stats_file(sidecar)[1] and not list(out.rglob("*.stats.json"))
+    assert cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json").metadata["stats_file"] == str(sidecar)
+
+
+def test_cli_stats_sidecar_default_location_and_merge(tmp_path):
+    """Default outside a checkout: beside the config file, which the picker still reads alone; a
+    second run merges (new keys added, kept keys' stats untouched with --only-new, replaced without)."""
+    out = tmp_path / "my-configs"
+    sidecar = out / "scaled_mm" / "nvidia_h200.stats.json"
     a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1))
     assert (
         runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN]).exit_code == 0
@@ -441,6 +454,10 @@ def test_cli_stats_sidecar_default_location_and_merge(tmp_path):
     assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 9.0  # kept
     assert _stats(out, "fp8_dynamic", 6144, 4096, 2)["helion_us"] == 8.0  # added
     assert len(cs.read_stats_file(sidecar)[1]) == 2
+    assert cs.known_gpu_names([out]) == cs.known_gpu_names()  # the sidecar names no GPU
+    assert bc.config_file_provenance(out, "NVIDIA H200", "1.5.0")["file"] == str(
+        sidecar.with_name("nvidia_h200.json")
+    )
     assert runner.invoke(app, args).exit_code == 0
     assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 12.0  # replaced
     assert (

@@ -455,9 +455,13 @@ STATS_METADATA_FIELDS = ("gpu", "gpu_name", "helion", "source", "command", "date
 
 
 def default_stats_dir(output: Path) -> Path:
-    """Where the stats sidecars of config directory ``output`` go by default: the
-    ``lab/results/config-stats`` folder beside it (``configs`` -> ``lab/results/config-stats``)."""
-    return output.parent / "lab" / "results" / "config-stats"
+    """Where the stats sidecars of config directory ``output`` go by default: in a checkout (a
+    ``lab/`` folder beside ``output``) its ``lab/results/config-stats`` (``configs`` ->
+    ``lab/results/config-stats``: the shipped configs never carry them), else ``output`` itself
+    (``<output>/scaled_mm/<gpu>.stats.json``, beside the config file; the picker reads only
+    ``<gpu>.json``)."""
+    lab = output.parent / "lab"
+    return lab / "results" / "config-stats" if lab.is_dir() else output
 
 
 def stats_metadata(metadata: Mapping[str, Any], config_file: Path | str) -> dict[str, Any]:

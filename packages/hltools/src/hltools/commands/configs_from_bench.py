@@ -44,8 +44,9 @@ StatsOutput = Annotated[
         metavar="<path>",
         help="Directory of the per-key measurements (Helion and vLLM medians, per-process ratios, "
         "config source, layers): writes `<stats-output>/scaled_mm/<gpu>.stats.json` (merged, keyed as "
-        "the config file), beside the benchmark results and never shipped. Default: "
-        "`lab/results/config-stats` beside the --output directory (`<output>/../lab/results/config-stats`).",
+        "the config file), never shipped. Default: in a checkout (a `lab/` folder beside --output) "
+        "`<output>/../lab/results/config-stats`, beside the benchmark results; else --output itself "
+        "(the sidecar beside the config file).",
     ),
 ]
 ConfigDir = Annotated[
