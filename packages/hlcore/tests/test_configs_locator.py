@@ -25,6 +25,8 @@ def test_env_var_wins(tmp_path, monkeypatch):
     c = _write(tmp_path / "rms_norm" / "nvidia_h200.json", [])
     (tmp_path / "README.md").write_text("not a config\n")
     (tmp_path / "scaled_mm" / "notes.txt").write_text("not a config\n")
+    _write(tmp_path / "scaled_mm" / "nvidia_h200.stats.json", [])  # a stats sidecar, not a config
+    _write(tmp_path / "scaled_mm" / "nvidia_h200.shard0.json", [])  # a stopped --gpus run's shard
     monkeypatch.setenv(configs.ENV_VAR, str(tmp_path))
     assert configs.config_dir() == tmp_path
     assert configs.list_config_files() == sorted([a, b, c])

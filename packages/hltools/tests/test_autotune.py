@@ -226,8 +226,24 @@ def test_a_run_of_another_command_keeps_the_files_provenance_under_earlier(tmp_p
     assert {f: meta.get(f) for f in ("bench_commands", "configs_from", "source", "note")} == dict.fromkeys(
         ("bench_commands", "configs_from", "source", "note")
     )
-    assert meta["command"] == run_c["command"] and meta["stats_file"] == "stats.json"
-    assert meta["earlier"] == [{f: v for f, v in imported.items() if f != "stats_file"}]
+    assert meta["command"] == run_c["command"] and "stats_file" not in meta  # C's stats are its entries'
+    assert meta["earlier"] == [imported]
+
+
+def test_a_resume_with_another_budget_is_the_same_run_and_a_run_without_a_command_is_not(tmp_path):
+    path = tmp_path / "nvidia_h200.json"
+    command = "hltools autotune --model a --formats fp8_dynamic"
+    for budget, m in ((" --budget-minutes 5", 1), (" --budget-minutes=10", 2), ("", 4)):
+        run = {**META, "command": command + budget, "model": "a"}
+        at.run_autotune(_keys((m,)), path, tune=FakeTuner(), check=fake_check, metadata=run)
+    meta = cs.read_config_file(path).metadata
+    assert meta["command"] == command and "earlier" not in meta
+
+    hand_made = tmp_path / "hand" / "nvidia_h200.json"  # no command: the run's fields cannot be its
+    cs.save_config_file(hand_made, [], {**META, "model": "x", "note": "hand-made"})
+    at.run_autotune(_keys((1,)), hand_made, tune=FakeTuner(), check=fake_check, metadata=META)
+    meta = cs.read_config_file(hand_made).metadata
+    assert meta["earlier"] == [{"model": "x", "note": "hand-made", "seed": 3}] and "note" not in meta
 
 
 # ------------------------------------------------------------------------------------------------

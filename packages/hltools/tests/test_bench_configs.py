@@ -437,6 +437,18 @@ def test_cli_stats_sidecar_default_location_in_a_checkout(tmp_path):
     assert cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json").metadata["stats_file"] == str(sidecar)
 
 
+def test_cli_stats_sidecar_of_another_directory_in_a_checkout_stays_beside_it(tmp_path):
+    """Only the checkout's ``configs`` sends its sidecar to ``lab/``: a user's ``my-configs`` there
+    keeps it beside its own file, and the shipped sidecar is not touched."""
+    (tmp_path / "lab").mkdir()
+    out = tmp_path / "my-configs"
+    a = _write_bench(tmp_path / "a.json", _pair(9.0, 10.0, m=1))
+    result = runner.invoke(app, ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN])
+    assert result.exit_code == 0, result.output
+    assert _stats(out, "fp8_dynamic", 6144, 4096, 1)["helion_us"] == 9.0
+    assert not (tmp_path / "lab" / "results").exists()
+
+
 def test_cli_stats_sidecar_default_location_and_merge(tmp_path):
     """Default outside a checkout: beside the config file, which the picker still reads alone; a
     second run merges (new keys added, kept keys' stats untouched with --only-new, replaced without)."""

@@ -62,4 +62,4 @@ def list_config_files(kernel: str | None = None) -> list[Path]:
             raise ValueError(f"{ENV_VAR}={str(root)!r} is not a directory")
         return []
     pattern = f"{kernel}/*.json" if kernel else "*/*.json"
-    return sorted(p for p in root.glob(pattern) if p.is_file())
+    return sorted(p for p in root.glob(pattern) if p.is_file() and "." not in p.stem)

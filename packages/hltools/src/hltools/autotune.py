@@ -36,6 +36,7 @@ import functools
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -330,11 +331,21 @@ def save_metadata(existing: ConfigFile | None, metadata: dict[str, Any]) -> dict
     the file's :data:`hltools.bench_configs.PROVENANCE_FIELDS` and writes these): ``metadata``
     itself, plus ``earlier`` (the file's provenance fields, then its own ``earlier``,
     :func:`hltools.bench_configs.earlier_provenance`) when the file was made by another command.
-    A resumed run (the same command) keeps the file's ``earlier`` as it is."""
-    if existing is None or existing.metadata.get("command") == metadata.get("command"):
+    A resumed run (the same command line but for ``--budget-minutes``) keeps the file's ``earlier``
+    as it is; a file or run without a command is never a resume."""
+    if existing is None or _same_run(existing.metadata.get("command"), metadata.get("command")):
         return dict(metadata)
     earlier = earlier_provenance(existing.metadata)
     return {**metadata, "earlier": earlier} if earlier else dict(metadata)
+
+
+def _same_run(a: object, b: object) -> bool:
+    """Two autotune command lines that tune the same keys the same way (``--budget-minutes`` only
+    bounds a run's time)."""
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    budget = re.compile(r"\s--budget-minutes[= ]\S+")
+    return budget.sub("", a) == budget.sub("", b)
 
 
 def resume(keys: Sequence[TuneKey], path: Path, metadata: dict[str, Any], force: bool = False) -> Resume:

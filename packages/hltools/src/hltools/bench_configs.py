@@ -455,13 +455,13 @@ STATS_METADATA_FIELDS = ("gpu", "gpu_name", "helion", "source", "command", "date
 
 
 def default_stats_dir(output: Path) -> Path:
-    """Where the stats sidecars of config directory ``output`` go by default: in a checkout (a
-    ``lab/`` folder beside ``output``) its ``lab/results/config-stats`` (``configs`` ->
-    ``lab/results/config-stats``: the shipped configs never carry them), else ``output`` itself
-    (``<output>/scaled_mm/<gpu>.stats.json``, beside the config file; the picker reads only
+    """Where the stats sidecars of config directory ``output`` go by default: for a checkout's
+    shipped configs (``output`` named ``configs`` with a ``lab/`` folder beside it) that checkout's
+    ``lab/results/config-stats`` (the wheel never carries them); for any other directory ``output``
+    itself (``<output>/scaled_mm/<gpu>.stats.json``, beside the config file; the picker reads only
     ``<gpu>.json``)."""
-    lab = output.parent / "lab"
-    return lab / "results" / "config-stats" if lab.is_dir() else output
+    lab = output.resolve().parent / "lab"
+    return lab / "results" / "config-stats" if output.resolve().name == "configs" and lab.is_dir() else output
 
 
 def stats_metadata(metadata: Mapping[str, Any], config_file: Path | str) -> dict[str, Any]:
@@ -472,10 +472,11 @@ def stats_metadata(metadata: Mapping[str, Any], config_file: Path | str) -> dict
 
 
 #: ``_metadata`` fields that say where a file's entries came from (kept under ``"earlier"`` on merge):
-#: ``configs from-bench``'s and ``hltools autotune``'s (model, effort, seed, block_scale_a).
+#: ``configs from-bench``'s (with the stats sidecar of its keys) and ``hltools autotune``'s (model,
+#: effort, seed, block_scale_a).
 PROVENANCE_FIELDS = (
     "command", "bench_commands", "configs_from", "date", "generated", "commit", "note", "source",
-    "model", "effort", "seed", "block_scale_a",
+    "stats_file", "model", "effort", "seed", "block_scale_a",
 )  # fmt: skip
 
 

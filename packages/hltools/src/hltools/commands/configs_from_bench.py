@@ -44,9 +44,9 @@ StatsOutput = Annotated[
         metavar="<path>",
         help="Directory of the per-key measurements (Helion and vLLM medians, per-process ratios, "
         "config source, layers): writes `<stats-output>/scaled_mm/<gpu>.stats.json` (merged, keyed as "
-        "the config file), never shipped. Default: in a checkout (a `lab/` folder beside --output) "
-        "`<output>/../lab/results/config-stats`, beside the benchmark results; else --output itself "
-        "(the sidecar beside the config file).",
+        "the config file), never shipped. Default: for a checkout's `configs` (a `lab/` folder beside it) "
+        "`configs/../lab/results/config-stats`, beside the benchmark results; for any other --output "
+        "that directory itself (the sidecar beside the config file).",
     ),
 ]
 ConfigDir = Annotated[
