@@ -534,7 +534,7 @@ def merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Con
 
 
 def print_summary(console, path, kernels_json, entries, written, kept, skipped) -> None:
-    table = Table(title=f"{path}: from {', '.join(map(str, kernels_json))}")
+    table = Table(title=f"{path.name} from {len(kernels_json)} benchmark file(s)")
     for col in ("format", "written", "fallback", "Helion faster", "kept"):
         table.add_column(col, justify="left" if col == "format" else "right")
     for fmt in dict.fromkeys(e.key["format"] for e in entries):
@@ -543,6 +543,7 @@ def print_summary(console, path, kernels_json, entries, written, kept, skipped) 
         fk = sum(e.key["format"] == fmt for e in kept)
         table.add_row(str(fmt), str(len(fw)), str(marked), str(len(fw) - marked), str(fk))
     console.print(table)
+    console.print("read: " + " ".join(map(str, kernels_json)), markup=False, highlight=False, soft_wrap=True)
     for reason in skipped:
         console.print(f"skipped {reason}", markup=False, highlight=False, style="yellow")
     total_marked = sum(e.fallback for e in written)
