@@ -652,6 +652,32 @@ def test_config_file_provenance_follows_the_picker(tmp_path):
     assert pick.path == got["file"]
 
 
+def test_config_file_provenance_names_every_autotune_run_of_the_file(tmp_path):
+    """A grid file tuned for two models (two autotune commands into one --output): a benchmark
+    records both; an earlier import by from-bench (no effort) is not repeated there."""
+    from hltools import autotune as at
+
+    path = cs.config_file_path("scaled_mm", "nvidia_h200", tmp_path)
+    tiny = {"hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 4}
+    base = {"gpu": "nvidia_h200", "helion": "1.5.0", "seed": 0, "effort": "grid"}
+    imported = {"command": "hltools configs from-bench k --output x", "source": "hltools bench kernels"}
+    cs.save_config_file(path, [], {"gpu": "nvidia_h200", "helion": "1.5.0", **imported})
+    for model, m in (("a", 1), ("b", 2)):
+        run = {**base, "command": f"hltools autotune --model {model}", "commit": model, "date": f"d{m}"}
+        at.run_autotune(
+            at.build_keys(tiny, ["fp8_dynamic"], [1], [m]), path, metadata=run,
+            tune=lambda key, o: default_scaled_mm_config(key.m, key.n, key.k),
+            check=lambda key, config, o: at.CheckResult(True, config, helion_us=1.0, default_us=1.0, fallback_us=2.0),
+        )  # fmt: skip
+    got = bc.config_file_provenance(tmp_path, "NVIDIA H200", "1.5.0")
+    run_a = {"command": "hltools autotune --model a", "commit": "a", "date": "d1", "effort": "grid"}
+    assert got == {
+        "file": str(path), "command": "hltools autotune --model b", "commit": "b", "date": "d2", "effort": "grid",
+        "earlier": [run_a],
+    }  # fmt: skip
+    assert cs.read_config_file(path).metadata["earlier"][1] == imported  # kept in the file, not repeated
+
+
 @pytest.mark.parametrize(
     ("recorded", "note"),
     [([None, None], "NOTE_HEURISTIC"), ([None, "absent"], "NOTE"), (["absent", "absent"], "NOTE")],

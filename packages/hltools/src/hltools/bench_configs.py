@@ -197,20 +197,28 @@ def pick_from_config_dir(
     return ScaledMMConfigPick(config_json, HEURISTIC, path=file_without_entry, gpu=canonical), why
 
 
+def _made_by(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {f: meta[f] for f in CONFIG_FILE_FIELDS if meta.get(f)}
+
+
 def config_file_provenance(
     config_dir: str | Path, gpu: str, helion: str | None = None
 ) -> dict[str, Any] | None:
     """The scaled_mm config file a benchmark on GPU ``gpu`` (raw or canonical name) with
     ``HL_CONFIG_DIR=config_dir`` and helion ``helion`` (None: this machine's) runs, and how it was
     made: ``{"file": <path>, **its _metadata's CONFIG_FILE_FIELDS}`` for the file the picker uses
-    (:func:`pick_from_config_dir`'s); when none fits, ``{"file": <path>, "error": <why>}`` for the
+    (:func:`pick_from_config_dir`'s), with ``"earlier"``: the same fields of the other autotune runs
+    that wrote into it (``_metadata.earlier`` entries with an ``effort``; a file tuned for two models
+    names both commands); when none fits, ``{"file": <path>, "error": <why>}`` for the
     first that could not be read, else None (the heuristic defaults run). ``hltools bench kernels``
     records it as ``config_file`` in its metadata; ``configs from-bench`` copies it to
     ``configs_from``."""
     path, cf, passed_over = _fitting_file(config_dir, gpu, helion or installed_helion_version())
     if cf is not None:
         meta = cf.metadata
-        return {"file": str(path), **{f: meta[f] for f in CONFIG_FILE_FIELDS if meta.get(f)}}
+        out = {"file": str(path), **_made_by(meta)}
+        runs = [_made_by(e) for e in meta.get("earlier", []) if isinstance(e, dict) and e.get("effort")]
+        return {**out, "earlier": runs} if runs else out
     unreadable = [(p, why) for p, why, bad in passed_over if bad]
     return {"file": str(unreadable[0][0]), "error": unreadable[0][1][:200]} if unreadable else None
 
