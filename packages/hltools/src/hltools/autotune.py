@@ -344,8 +344,10 @@ def _same_run(a: object, b: object) -> bool:
     bounds a run's time)."""
     if not (isinstance(a, str) and isinstance(b, str)):
         return False
-    budget = re.compile(r"\s--budget-minutes[= ]\S+")
-    return budget.sub("", a) == budget.sub("", b)
+    return _BUDGET_OPTION.sub("", a) == _BUDGET_OPTION.sub("", b)
+
+
+_BUDGET_OPTION = re.compile(r"\s--budget-minutes[= ]\S+")
 
 
 def resume(keys: Sequence[TuneKey], path: Path, metadata: dict[str, Any], force: bool = False) -> Resume:

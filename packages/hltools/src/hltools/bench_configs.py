@@ -468,8 +468,9 @@ def default_stats_dir(output: Path) -> Path:
     ``lab/results/config-stats`` (the wheel never carries them); for any other directory ``output``
     itself (``<output>/scaled_mm/<gpu>.stats.json``, beside the config file; the picker reads only
     ``<gpu>.json``)."""
-    lab = output.resolve().parent / "lab"
-    return lab / "results" / "config-stats" if output.resolve().name == "configs" and lab.is_dir() else output
+    resolved = output.resolve()
+    lab = resolved.parent / "lab"
+    return lab / "results" / "config-stats" if resolved.name == "configs" and lab.is_dir() else output
 
 
 def stats_metadata(metadata: Mapping[str, Any], config_file: Path | str) -> dict[str, Any]:
