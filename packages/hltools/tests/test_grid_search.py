@@ -21,7 +21,7 @@ def _key(c):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8", "block_fp8"])
-@pytest.mark.parametrize("m", [8, 16, 32])
+@pytest.mark.parametrize("m", [8, 16, 32, 64])
 def test_space_starts_with_the_heuristic_and_holds_only_valid_distinct_configs(fmt, m):
     n, k = 6144, 4096
     space = gs.search_space(fmt, m, n, k)
@@ -30,17 +30,41 @@ def test_space_starts_with_the_heuristic_and_holds_only_valid_distinct_configs(f
     assert len({_key(c) for c in space}) == len(space)
     assert all(check_scaled_mm_config(c) is None for c in space)
     block_ks = {128} if fmt == "block_fp8" else {128, 256}
-    assert {c["block_sizes"][0] for c in space} == {max(16, m)}
-    assert {c["block_sizes"][1] for c in space} == set(gs.BLOCK_N)
+    # decode M: block_n 32 and swap_ab off left out (neighbours of the best instead); above, all
+    block_ns = set(gs.BLOCK_N) | (set() if m <= gs.PRUNE_MAX_M else set(gs.PRUNED_BLOCK_N))
+    assert {c["block_sizes"][0] for c in space} == {min(64, max(16, m))}
+    assert {c["block_sizes"][1] for c in space} == block_ns and 32 not in gs.BLOCK_N
     assert {c["block_sizes"][2] for c in space} == block_ks
-    assert {c["swap_ab"] for c in space} == ({True} if m <= 16 else {True, False})
+    assert {c["swap_ab"] for c in space} == ({True} if m <= 32 else {True, False})
     # every K chunk holds whole K tiles; the largest split the grid allows is there
     assert all(k // c["split_k"] >= c["block_sizes"][2] for c in space)
     assert max(c["split_k"] for c in space) == 32
     splits = sum(1 for bk in block_ks for sk in gs.SPLIT_K if sk == 1 or k // sk >= bk)
-    grid = len(gs.BLOCK_N) * splits * (1 if m <= 16 else 2)
-    heuristic_on_grid = heuristic["split_k"] in gs.SPLIT_K and heuristic["block_sizes"][1] in gs.BLOCK_N
+    grid = len(block_ns) * splits * (1 if m <= 32 else 2)
+    heuristic_on_grid = (
+        heuristic["split_k"] in gs.SPLIT_K
+        and heuristic["block_sizes"][1] in block_ns
+        and (heuristic["swap_ab"] or m > 32)
+    )
     assert len(space) == grid + (0 if heuristic_on_grid else 1)
+
+
+def test_neighbors_are_the_left_out_values_next_to_a_config():
+    best = {"block_sizes": [32, 64, 128], "num_warps": 4, "num_stages": 4, "split_k": 8, "swap_ab": True}
+    assert gs.neighbors(best, 32) == [
+        {**best, "block_sizes": [32, 32, 128]},
+        {**best, "swap_ab": False},
+    ]
+    assert gs.neighbors(best, 8) == [{**best, "block_sizes": [32, 32, 128]}]  # swap off only above 16
+    wide = {**best, "block_sizes": [32, 128, 128]}  # its half (64) is in the grid
+    assert gs.neighbors(wide, 32) == [{**wide, "swap_ab": False}]
+    assert gs.neighbors(best, 32, {_key({**best, "swap_ab": False})}) == [
+        {**best, "block_sizes": [32, 32, 128]}
+    ]
+    assert gs.neighbors(best, 64) == []  # the space holds both above PRUNE_MAX_M
+    assert gs.neighbors({**best, "swap_ab": False}, 32) == [
+        {**best, "swap_ab": False, "block_sizes": [32, 32, 128]}
+    ]
 
 
 def test_small_k_gets_no_split_beyond_its_tiles():
@@ -113,7 +137,7 @@ def test_one_search_per_bucket_then_each_m_with_the_top_and_its_heuristic():
     timer = CostModel()
     search = gs.GridSearch(KEYS, time=timer, compile=Recorder())
     picks = {m: search.pick("fp8_dynamic", 6144, 4096, m) for _, _, _, m in KEYS}
-    searches = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS)]
+    searches = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS) + 2]  # + 2 neighbours
     assert sorted(c[1] for c in searches) == [8, 16, 32]  # at each bucket's largest M
     for m, pick in picks.items():  # each M's check starts with its heuristic (a refinement call not)
         heuristic = _key(default_scaled_mm_config(m, 6144, 4096))
@@ -125,6 +149,9 @@ def test_one_search_per_bucket_then_each_m_with_the_top_and_its_heuristic():
     # the cost model's optimum: block_n 64, split_k 8, swap_ab, block_k 128 at M <= 16
     assert picks[1].config["block_sizes"][1:] == [64, 128] and picks[1].config["split_k"] == 8
     assert picks[32].config["block_sizes"] == [32, 128, 128] and picks[32].config["swap_ab"] is True
+    assert search.stages["check each M"].count == sum(  # every M's check, its heuristic and the top
+        len(c[4]) for c in timer.calls if len(c[4]) <= gs.TOP + 1
+    )
 
 
 def test_never_worse_than_the_heuristic_and_never_a_failing_config():
@@ -200,6 +227,7 @@ def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
     result = run("1")
     assert result.exit_code == 0, result.output
     assert "3 tuned, 0 skipped" in result.output  # qkv = gate_up (768, 256), o (256, 256), down (256, 384)
+    assert "grid search: compile the grid (" in result.output and "of the run's" in result.output
     assert len(searches) == 1 and len(searches[0]) == 3 and len(compiler.jobs) == 2
     result = run("1,4")
     assert result.exit_code == 0, result.output
@@ -223,7 +251,63 @@ def test_a_faster_refinement_of_the_best_grid_config_is_picked():
     for m in (1, 2, 4, 8):
         pick = search.pick("fp8_dynamic", 6144, 4096, m)
         assert pick.config == {**best, "num_warps": 8}, pick.config
-        assert pick.candidates == len(gs.search_space("fp8_dynamic", 8, 6144, 4096)) + len(gs.REFINEMENTS)
+        assert pick.candidates == len(gs.search_space("fp8_dynamic", 8, 6144, 4096)) + len(
+            gs.REFINEMENTS
+        ) + len(gs.neighbors(best, 8))
+
+
+class PrunedWins(CostModel):
+    """The cost model with a pruned value as the optimum: block_n 32 at M <= 8, swap_ab off at 24-32."""
+
+    def cost(self, m, n, k, c):
+        t = super().cost(m, n, k, c)
+        if m <= 8 and c["block_sizes"][1] == 32:
+            t -= 3.0
+        if m > 16 and not c["swap_ab"]:
+            t -= 3.0
+        return t
+
+
+def test_a_left_out_value_that_wins_is_found_as_a_neighbour_of_the_best():
+    """block_n 32 and swap_ab off are not in the decode grid; where one is faster, the neighbour of
+    the group's fastest grid config brings it in and it ends as the key's config."""
+    timer = PrunedWins()
+    search = gs.GridSearch(KEYS, time=timer, compile=Recorder())
+    for m in (1, 8):
+        assert search.pick("fp8_dynamic", 6144, 4096, m).config["block_sizes"][1] == 32
+    for m in (24, 32):
+        assert search.pick("fp8_dynamic", 6144, 4096, m).config["swap_ab"] is False
+    assert search.pick("fp8_dynamic", 6144, 4096, 16).config["block_sizes"][1] != 32  # no bonus at 16
+    grid_timed = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS) + 2]
+    assert all(
+        '"swap_ab": false' not in key and ", 32, " not in key for *_, keys in grid_timed for key in keys
+    )
+
+
+def test_stage_report_gives_each_stage_its_count_and_wall_seconds():
+    ticks = iter(range(100))
+    compiler = Recorder()
+    search = gs.GridSearch(KEYS, time=CostModel(), compile=compiler, clock=lambda: float(next(ticks)))
+    assert search.stages == {} and search.stage_report() == "grid search: ; 0.0 s in all"
+    for *_, m in KEYS:
+        search.pick("fp8_dynamic", 6144, 4096, m)
+    names = list(search.stages)
+    assert names == [
+        "compile the grid",
+        "time the grid",
+        "compile the refinements",
+        "time them",
+        "check each M",
+    ]
+    assert search.stages["compile the grid"].count == len(compiler.jobs[0])
+    assert search.stages["compile the refinements"].count == len(compiler.jobs[1])
+    spaces = sum(len(gs.search_space("fp8_dynamic", max(b), 6144, 4096)) for b in gs.M_BUCKETS)
+    assert search.stages["time the grid"].count == spaces
+    assert all(s.seconds == 1.0 for s in list(search.stages.values())[:4])  # one tick each
+    assert search.stages["check each M"].seconds == 7.0  # one per M
+    report = search.stage_report()
+    assert report.startswith(f"grid search: compile the grid ({len(compiler.jobs[0])}) 1.0 s; time the grid")
+    assert report.endswith(f"check each M ({search.stages['check each M'].count}) 7.0 s; 11.0 s in all")
 
 
 def test_block_formats_also_try_the_scales_one_step_ahead():

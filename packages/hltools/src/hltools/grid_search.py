@@ -16,17 +16,26 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
    benchmarks' timer). Then each group's fastest gets the knobs the grid fixes, one at a time
    (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor (TMA) loads, persistent
    programs; for block formats also :data:`BLOCK_REFINEMENTS`: the scales loaded one K step
-   ahead), all groups' variants compiled in one more parallel batch and timed beside it. Then
+   ahead) and the values the space leaves out next to it (:func:`neighbors`: ``block_n`` 32,
+   ``swap_ab`` off), all groups' variants compiled in one more parallel batch and timed beside it. Then
    for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed at
    that M and the fastest is the key's config. The heuristic config is always among them, so a key
    never ends slower than the heuristic in the measurement that chose it.
 
-The space (:func:`search_space`, the heuristic config first): ``block_n`` 32 / 64 / 128,
-``block_k`` 128 / 256 (128 for block formats: one scale group per K tile), ``split_k`` 1..32 (whole
-K tiles per chunk), ``swap_ab`` on for M <= 16 (the tiny M on the MMA's narrow side; both above),
-``block_m`` the bucket's (16 or 32, up to 64), 4 warps, 4 stages (2 when a chunk holds fewer than 4
-K tiles, as the heuristic). For Qwen3-8B (K = 4096 / 12288) 33-36 candidates per group at M <= 16
-and 66-72 at 24-32 (fp8_dynamic, w8a8_int8), 18 and 36 for block_fp8; the heuristic is one of them.
+The space (:func:`search_space`, the heuristic config first): ``block_n`` 64 / 128, ``block_k``
+128 / 256 (128 for block formats: one scale group per K tile), ``split_k`` 1..32 (whole K tiles per
+chunk), ``swap_ab`` on, ``block_m`` the bucket's (16 or 32, up to 64), 4 warps, 4 stages (2 when a
+chunk holds fewer than 4 K tiles, as the heuristic). Above M = 32 (:data:`PRUNE_MAX_M`) it also holds
+``block_n`` 32 and ``swap_ab`` off. For Qwen3-8B (K = 4096 / 12288) 22-24 candidates per group for
+fp8_dynamic and w8a8_int8, 12 for block_fp8; the heuristic is one of them.
+
+Why not ``block_n`` 32 and ``swap_ab`` off at decode M: the grid held both until 2026-12-04 and
+twelve H200 grid runs (seven models, three formats, ``lab/results/2026-12-0[2-4]*/raw/**/grid``)
+picked neither for any of their 336 keys (block_n 64 in 311, 128 in 25; swap_ab on at every M 24-32,
+96 keys). They doubled the M 24-32 groups and added a third to the others, about half of the
+compile and timing work. Each is still tried as a neighbour of every group's fastest config
+(:func:`neighbors`, with the refinements), so a shape where one of them wins finds it next to the
+best grid config.
 
 Times and compiles are injected (``time``, ``compile``), so the search is tested on the CPU with
 fakes; :func:`gpu_timer` and :func:`parallel_compiler` are the H200 ones.
@@ -34,10 +43,12 @@ fakes; :func:`gpu_timer` and :func:`parallel_compiler` are the H200 ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+import time as _time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +56,12 @@ from typing import Any
 M_BUCKETS: tuple[tuple[int, ...], ...] = ((1, 2, 4, 8), (16,), (24, 32))
 #: Candidates per group re-timed at each M of the group (plus that M's heuristic config).
 TOP = 3
-BLOCK_N = (32, 64, 128)
+BLOCK_N = (64, 128)
+#: The largest search M whose space leaves out :data:`PRUNED_BLOCK_N` and ``swap_ab`` off (the
+#: module docstring says why); above it the space holds both.
+PRUNE_MAX_M = 32
+#: ``block_n`` values only in the space above :data:`PRUNE_MAX_M` (a neighbour at or below it).
+PRUNED_BLOCK_N = (32,)
 BLOCK_K = (128, 256)
 SPLIT_K = (1, 2, 4, 8, 16, 32)
 #: Helion knobs the grid holds fixed, each tried alone on every group's fastest grid config.
@@ -83,17 +99,18 @@ def search_space(fmt: str, m: int, n: int, k: int) -> list[Config]:
     from hlcore.scaled_mm_config import check_scaled_mm_config, default_scaled_mm_config
 
     blocked = get_format(fmt).block_size is not None
+    pruned = m <= PRUNE_MAX_M
     block_m = min(64, max(16, 1 << (m - 1).bit_length()))
     out: dict[str, Config] = {}
     heuristic = default_scaled_mm_config(m, n, k)
     out[_key(heuristic)] = heuristic
     for block_k in (128,) if blocked else BLOCK_K:
-        for block_n in BLOCK_N:
+        for block_n in BLOCK_N if pruned else PRUNED_BLOCK_N + BLOCK_N:
             for split_k in SPLIT_K:
                 chunk = k // split_k
                 if split_k > 1 and chunk < block_k:
                     continue
-                for swap_ab in (True,) if m <= 16 else (True, False):
+                for swap_ab in (True,) if pruned else (True, False):
                     config = {
                         "block_sizes": [block_m, block_n, block_k],
                         "num_warps": 4,
@@ -103,6 +120,29 @@ def search_space(fmt: str, m: int, n: int, k: int) -> list[Config]:
                     }
                     if check_scaled_mm_config(config) is None:
                         out.setdefault(_key(config), config)
+    return list(out.values())
+
+
+def neighbors(config: Config, m: int, seen: set[str] = frozenset()) -> list[Config]:
+    """The values the space leaves out at search M ``m`` (:data:`PRUNE_MAX_M`), next to ``config``:
+    its ``block_n`` halved to a :data:`PRUNED_BLOCK_N` value, and ``swap_ab`` off where M > 16 (the
+    decode space before the pruning held it there); less those in ``seen``, invalid ones
+    (:func:`hlcore.scaled_mm_config.check_scaled_mm_config`) and duplicates. None above
+    :data:`PRUNE_MAX_M`, where the space holds them."""
+    from hlcore.scaled_mm_config import check_scaled_mm_config
+
+    if m > PRUNE_MAX_M:
+        return []
+    block_m, block_n, block_k = config["block_sizes"]
+    variants = []
+    if block_n // 2 in PRUNED_BLOCK_N:
+        variants.append({**config, "block_sizes": [block_m, block_n // 2, block_k]})
+    if m > 16 and config.get("swap_ab", False):
+        variants.append({**config, "swap_ab": False})
+    out: dict[str, Config] = {}
+    for v in variants:
+        if _key(v) not in seen and check_scaled_mm_config(v) is None:
+            out.setdefault(_key(v), v)
     return list(out.values())
 
 
@@ -130,15 +170,28 @@ class KeyPick:
 
 
 @dataclass
+class Stage:
+    """One stage of a search: what it did to how many configs (``count``) in ``seconds`` of wall
+    time (``clock``'s)."""
+
+    name: str
+    count: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
 class GridSearch:
     """One search over the keys ``keys`` (``(fmt, n, k, m)`` tuples) with the given timer and
     compiler; :meth:`pick` runs a key's group on first use (compiling every group of the run
-    before the first timing) and answers from memory afterwards."""
+    before the first timing) and answers from memory afterwards. ``stages`` holds each stage's
+    wall time (``clock``, seconds) and count, in order: :meth:`stage_report` prints them."""
 
     keys: Sequence[tuple[str, int, int, int]]
     time: Timer
     compile: Compiler
     top: int = TOP
+    clock: Callable[[], float] = _time.perf_counter
+    stages: dict[str, Stage] = field(default_factory=dict, init=False)
     _groups: dict[tuple, list[int]] = field(default_factory=dict, init=False)
     _search_m: dict[tuple, int] = field(default_factory=dict, init=False)
     _spaces: dict[tuple, list[Config]] = field(default_factory=dict, init=False)
@@ -171,7 +224,24 @@ class GridSearch:
             for m in ms:  # each M's own heuristic config, timed beside the top ones
                 h = default_scaled_mm_config(m, n, k)
                 jobs.setdefault((fmt, n, k, _key(h)), (h, set()))[1].add(m)
-        self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
+        with self._stage("compile the grid", len(jobs)):
+            self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
+
+    @contextlib.contextmanager
+    def _stage(self, name: str, count: int) -> Iterator[None]:
+        stage = self.stages.setdefault(name, Stage(name))
+        start = self.clock()
+        try:
+            yield
+        finally:
+            stage.count += count
+            stage.seconds += self.clock() - start
+
+    def stage_report(self) -> str:
+        """One line: each stage run so far with its count and wall seconds, and their sum."""
+        parts = [f"{s.name} ({s.count}) {s.seconds:.1f} s" for s in self.stages.values()]
+        total = sum(s.seconds for s in self.stages.values())
+        return f"grid search: {'; '.join(parts)}; {total:.1f} s in all"
 
     def _search_all(self) -> None:
         """Stage 1 (every group's grid) and stage 2 (:data:`REFINEMENTS` of each group's fastest),
@@ -181,15 +251,23 @@ class GridSearch:
 
         self._compile_all()
         times: dict[tuple, list[tuple[float, Config]]] = {}
-        for group, space in self._spaces.items():
-            fmt, n, k, _ = group
-            times[group] = list(zip(self.time(fmt, self._search_m[group], n, k, space), space, strict=True))
+        with self._stage("time the grid", sum(len(s) for s in self._spaces.values())):
+            for group, space in self._spaces.items():
+                fmt, n, k, _ = group
+                times[group] = list(
+                    zip(self.time(fmt, self._search_m[group], n, k, space), space, strict=True)
+                )
         variants: dict[tuple, list[Config]] = {}
         for group, timed in times.items():
             t, best = min(timed, key=lambda x: x[0])
             seen = {_key(c) for c in self._spaces[group]}
             blocked = get_format(group[0]).block_size is not None
-            variants[group] = refinements(best, seen, blocked) if math.isfinite(t) else []
+            if math.isfinite(t):
+                refined = refinements(best, seen, blocked)
+                seen |= {_key(c) for c in refined}
+                variants[group] = refined + neighbors(best, self._search_m[group], seen)
+            else:
+                variants[group] = []
         jobs: dict[tuple, tuple[Config, set[int]]] = {}  # as in _compile_all: each once, all its Ms
         for (fmt, n, k, bucket), vs in variants.items():
             for v in vs:
@@ -197,12 +275,15 @@ class GridSearch:
                     self._group_ms((fmt, n, k, bucket))
                 )
         if jobs:
-            self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
-        for group, vs in variants.items():
-            fmt, n, k, _ = group
-            if vs:
-                times[group] += zip(self.time(fmt, self._search_m[group], n, k, vs), vs, strict=True)
-            ranked = sorted(times[group], key=lambda x: x[0])
+            with self._stage("compile the refinements", len(jobs)):
+                self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
+        with self._stage("time them", sum(len(vs) for vs in variants.values())):
+            for group, vs in variants.items():
+                fmt, n, k, _ = group
+                if vs:
+                    times[group] += zip(self.time(fmt, self._search_m[group], n, k, vs), vs, strict=True)
+        for group, timed in times.items():
+            ranked = sorted(timed, key=lambda x: x[0])
             self._ranked[group] = [c for t, c in ranked if math.isfinite(t)]
             self._timed[group] = len(ranked)
 
@@ -225,7 +306,8 @@ class GridSearch:
         for m in sorted(set(self._groups[group])):
             heuristic = default_scaled_mm_config(m, n, k)
             cands = [heuristic] + [c for c in best if _key(c) != _key(heuristic)]
-            times = self.time(fmt, m, n, k, cands)
+            with self._stage("check each M", len(cands)):
+                times = self.time(fmt, m, n, k, cands)
             i = min(range(len(cands)), key=lambda j: times[j])
             self._picks[(fmt, n, k, m)] = KeyPick(cands[i], times[i], times[0], timed)
 
@@ -289,11 +371,12 @@ def parallel_compiler(
 
 
 def grid_tuner(search: GridSearch) -> Callable:
-    """An :data:`hltools.autotune.Tuner` over ``search``: a key's config is :meth:`GridSearch.pick`'s
-    (``options`` are not used: the search is exhaustive, ``--budget-minutes`` only stops starting
-    keys)."""
+    """An :data:`hltools.autotune.Tuner` over ``search`` (its ``search`` attribute): a key's config is
+    :meth:`GridSearch.pick`'s (``options`` are not used: the search is exhaustive,
+    ``--budget-minutes`` only stops starting keys)."""
 
     def tune(key, options) -> Config:
         return dict(search.pick(key.fmt, key.n, key.k, key.m).config)
 
+    tune.search = search  # the command prints search.stage_report() after the run
     return tune

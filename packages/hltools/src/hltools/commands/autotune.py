@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -196,7 +197,16 @@ def autotune(
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
     else:
         run = dict(tune=tune, check=check, metadata=meta, force=force, budget_seconds=budget)
+        start = time.perf_counter()
         summary = _tune(out, keys, path, options, run)
+        search = getattr(tune, "search", None)
+        if search is not None and search.stages:
+            out.print(
+                f"{search.stage_report()}, of the run's {time.perf_counter() - start:.1f} s (the rest: "
+                "each key's check against the fp32 reference, the default config and vLLM's kernel)",
+                markup=False,
+                highlight=False,
+            )
     _report(out, summary, command)
 
 
