@@ -104,7 +104,12 @@ def test_silu_down_zero_huge_and_infinite_rows_saturate_as_vllms_quantizer():
     out = silu_down(h, _tile_amax(h, 128), b, scale_b, config=DOWN)
     ref = _down_ref(h, b, scale_b, torch.bfloat16)
     assert torch.equal(out[0], torch.zeros(n, dtype=torch.bfloat16))
-    torch.testing.assert_close(out.float(), ref.float(), rtol=0.05, atol=0.05, equal_nan=True)
+    # each row against its largest finite |ref|: an output that is the difference of terms ~1e37 (the
+    # saturated rows) is exact only to the fp32 accumulation error of those terms, and the
+    # interpreter's dot sums in numpy's order, which depends on the CPU's BLAS kernel
+    ref32, out32 = ref.float(), out.float()
+    row = torch.where(ref32.isfinite(), ref32.abs(), 0).amax(dim=1, keepdim=True).clamp_min(1)
+    torch.testing.assert_close(out32 / row, ref32 / row, rtol=0.05, atol=1e-3, equal_nan=True)
 
 
 @pytest.mark.parametrize("m", [1, 8])
