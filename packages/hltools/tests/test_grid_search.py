@@ -296,7 +296,7 @@ def test_stage_report_gives_each_stage_its_count_and_wall_seconds():
         "compile the grid",
         "time the grid",
         "compile the refinements",
-        "time them",
+        "time the refinements",
         "check each M",
     ]
     assert search.stages["compile the grid"].count == len(compiler.jobs[0])

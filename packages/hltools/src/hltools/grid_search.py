@@ -244,9 +244,9 @@ class GridSearch:
         return f"grid search: {'; '.join(parts)}; {total:.1f} s in all"
 
     def _search_all(self) -> None:
-        """Stage 1 (every group's grid) and stage 2 (:data:`REFINEMENTS` of each group's fastest),
-        each compiled in one batch before it is timed; ``_ranked`` holds each group's finite-time
-        configs, fastest first."""
+        """Stage 1 (every group's grid) and stage 2 (:data:`REFINEMENTS` and :func:`neighbors` of each
+        group's fastest), each compiled in one batch before it is timed; ``_ranked`` holds each
+        group's finite-time configs, fastest first."""
         from hlcore.formats import get_format
 
         self._compile_all()
@@ -277,7 +277,7 @@ class GridSearch:
         if jobs:
             with self._stage("compile the refinements", len(jobs)):
                 self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
-        with self._stage("time them", sum(len(vs) for vs in variants.values())):
+        with self._stage("time the refinements", sum(len(vs) for vs in variants.values())):
             for group, vs in variants.items():
                 fmt, n, k, _ = group
                 if vs:
