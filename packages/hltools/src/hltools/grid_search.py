@@ -30,7 +30,7 @@ chunk holds fewer than 4 K tiles, as the heuristic). Above M = 32 (:data:`PRUNE_
 fp8_dynamic and w8a8_int8, 12 for block_fp8; the heuristic is one of them.
 
 Why not ``block_n`` 32 and ``swap_ab`` off at decode M: the grid held both until 2026-12-04 and
-twelve H200 grid runs (seven models, three formats, ``lab/results/2026-12-0[2-4]*/raw/**/grid``)
+twelve H200 grid runs (six models, three formats, ``lab/results/2026-12-0[2-4]*/raw/**/grid``)
 picked neither for any of their 336 keys (block_n 64 in 311, 128 in 25; swap_ab on at every M 24-32,
 96 keys). They doubled the M 24-32 groups and added a third to the others, about half of the
 compile and timing work. Each is still tried as a neighbour of every group's fastest config
