@@ -521,21 +521,23 @@ def test_a_rerun_tunes_again_the_block_keys_of_the_other_layout(tmp_path):
 
 @pytest.mark.parametrize(
     "extra,expected",
-    [([], "grid"), (["--gpus", "1"], "grid"), (["--gpus", "2"], "quick"), (["--effort", "quick"], "quick")],
+    [([], "grid"), (["--gpus", "1"], "grid"), (["--gpus", "2"], "grid"), (["--effort", "quick"], "quick")],
 )
-def test_cli_default_effort_is_the_grid_on_one_gpu(tmp_path, monkeypatch, extra, expected):
-    """Without --effort a run is the grid search (minutes a model, never worse than the heuristic);
-    across GPUs (--gpus > 1) it is Helion's per-key autotuner, the only one that shards. The
-    metadata and the resume command name the effort that ran."""
-    from hltools.commands import autotune as cmd
+def test_cli_default_effort_is_the_grid(tmp_path, monkeypatch, extra, expected):
+    """Without --effort a run is the grid search (minutes a model, never worse than the heuristic),
+    on one GPU or sharded over several (here one visible). The metadata and the resume command name
+    the effort that ran."""
+    from hltools import grid_search as gs
 
     model = tmp_path / "config.json"
     model.write_text(json.dumps(TINY))
     out = tmp_path / "out"
     helion_tuner, grid_tuner = FakeTuner(), FakeTuner()
     monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", helion_tuner, fake_check))
-    monkeypatch.setattr(cmd, "_grid_tuner", lambda keys, seed, block_scale_a="row": grid_tuner)
-    monkeypatch.setattr(cmd, "_local_gpus", lambda gpus: list(range(gpus or 1))[:1])  # one worker here
+    monkeypatch.setattr(gs, "make_grid_tuner", lambda keys, seed, block_scale_a="row": grid_tuner)
+    from hltools.commands import autotune as cmd
+
+    monkeypatch.setattr(cmd, "_local_gpus", lambda gpus: ["0"])  # one visible: the run stays here
     monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
     args = ["autotune", "--model", str(model), "--num-tokens", "2", "--output", str(out), *extra]
     result = runner.invoke(app, args)
@@ -550,10 +552,9 @@ def test_cli_default_effort_is_the_grid_on_one_gpu(tmp_path, monkeypatch, extra,
 def test_default_effort_rule():
     from hltools.commands.autotune import Effort, default_effort
 
-    assert default_effort(None, None, None) is Effort.grid
-    assert default_effort(None, 4, None) is Effort.quick
-    assert default_effort(None, None, "auto") is Effort.quick
-    assert default_effort(Effort.full, None, None) is Effort.full
+    assert default_effort(None, None) is Effort.grid
+    assert default_effort(None, "auto") is Effort.quick  # Ray: Helion's per-key autotuner
+    assert default_effort(Effort.full, None) is Effort.full
 
 
 def test_untuned_pick_routes_as_the_plugin_would():

@@ -40,10 +40,9 @@ def fake_gpus(monkeypatch):
     monkeypatch.setattr(at, "gpu_backend", lambda: ("nvidia_h200", fake_tune, fake_check))
 
 
-def _run(path, gpus, **kw):
-    return shards.run_sharded(
-        _keys(), path, gpus, options=at.TuneOptions(), metadata=META, context="fork", **kw
-    )
+def _run(path, gpus, options=None, **kw):
+    options = options or at.TuneOptions()
+    return shards.run_sharded(_keys(), path, gpus, options=options, metadata=META, context="fork", **kw)
 
 
 def test_shard_keys_deals_round_robin():
@@ -135,3 +134,63 @@ def test_cli_rejects_more_gpus_than_visible(monkeypatch, tmp_path):
         env={"COLUMNS": "200"},
     )
     assert result.exit_code == 2 and "3 GPUs asked for, 2 visible" in result.output
+
+
+def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
+    fake_gpus, monkeypatch, tmp_path, capfd
+):
+    """--effort grid over two GPUs: each (format, N, K) is searched and compiled on one worker only,
+    with cpus // workers compile processes, in one kernel cache directory set before the workers
+    start; the saved configs are those of one search over all keys (the fake GPU times a config
+    the same everywhere), and each worker prints its stage line."""
+    import json
+
+    from hltools import grid_search as gs
+
+    log = tmp_path / "log.jsonl"
+
+    def record(**fields):
+        fields.update(gpu=os.environ.get("CUDA_VISIBLE_DEVICES"), cache=os.environ.get("HL_KERNEL_CACHE_DIR"))
+        with log.open("a") as f:
+            f.write(json.dumps(fields) + "\n")
+
+    def cost(m, n, k, c):  # deterministic, and not the heuristic's optimum
+        return 10.0 + abs(c["split_k"] - 4) + (c["block_sizes"][1] == 128) + 0.01 * m
+
+    def gpu_timer(max_m, seed=0, block_scale_a="row"):
+        def time(fmt, m, n, k, configs):
+            record(kind="time", shape=[fmt, n, k], m=m)
+            return [cost(m, n, k, c) for c in configs]
+
+        return time
+
+    def parallel_compiler(workers=None, on_done=None, block_scale_a="row"):
+        return lambda jobs: record(
+            kind="compile", workers=workers, shapes=sorted({(f, n, k) for f, n, k, *_ in jobs})
+        )
+
+    monkeypatch.setattr(gs, "gpu_timer", gpu_timer)
+    monkeypatch.setattr(gs, "parallel_compiler", parallel_compiler)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.delenv("HL_KERNEL_CACHE_DIR", raising=False)
+    path = tmp_path / "nvidia_h200.json"
+    summary = _run(path, ["0", "3"], options=at.TuneOptions(effort="grid"))
+    assert summary.count("tuned") == 9
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    shape_gpus = {}
+    for r in rows:
+        for shape in [r["shape"]] if r["kind"] == "time" else r["shapes"]:
+            shape_gpus.setdefault(tuple(shape), set()).add(r["gpu"])
+    assert len(shape_gpus) == 3 and all(len(g) == 1 for g in shape_gpus.values())
+    assert {g for gs_ in shape_gpus.values() for g in gs_} == {"0", "3"}
+    assert {r["workers"] for r in rows if r["kind"] == "compile"} == {4}
+    assert len({r["cache"] for r in rows}) == 1 and rows[0]["cache"]
+    keys = _keys()
+    one = gs.GridSearch([(k.fmt, k.n, k.k, k.m) for k in keys], time=gpu_timer(4), compile=lambda jobs: None)
+    saved = cs.read_config_file(path).entries
+    for key in keys:
+        assert saved[cs.ConfigEntry(key.key, {}).id].config == one.pick(key.fmt, key.n, key.k, key.m).config
+    out = capfd.readouterr().out
+    assert out.count("] grid search: compile the grid (") == 2
+    assert "[gpu 0] grid search" in out and "[gpu 3] grid search" in out
+    assert "[gpu 3] tuned fp8_dynamic" in out and "[/]" not in out  # plain text, no rich markup

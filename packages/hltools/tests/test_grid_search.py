@@ -188,11 +188,10 @@ def test_grid_tuner_saves_the_searchs_picks_through_run_autotune(tmp_path):
     assert saved == {k.m: search.pick(k.fmt, k.n, k.k, k.m).config for k in keys}
 
 
-@pytest.mark.parametrize("extra", [["--gpus", "2"], ["--ray", "auto"]], ids=["gpus", "ray"])
-def test_cli_grid_is_one_gpu_only(extra):
-    result = runner.invoke(app, ["autotune", "--model", "qwen3-1.7b", "--effort", "grid", *extra])
+def test_cli_grid_is_not_on_ray():
+    result = runner.invoke(app, ["autotune", "--model", "qwen3-1.7b", "--effort", "grid", "--ray", "auto"])
     assert result.exit_code == 2
-    assert "grid runs on one GPU" in result.output
+    assert "grid runs on this machine's GPUs" in result.output
 
 
 def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
@@ -336,3 +335,47 @@ def test_autotune_block_scale_a_option_is_checked():
         app, ["autotune", "--model", "qwen3-8b", "--block-scale-a", "tma", "--ray", "auto"]
     )
     assert result.exit_code == 2 and "not with --ray" in flat(result.output), result.output
+
+
+def _units(part):
+    return {(k.fmt, k.n, k.k) for k in part}
+
+
+def test_shard_groups_keeps_each_shape_on_one_shard_and_balances_the_replay_bytes():
+    """Whole (format, N, K) units, none on two shards, each shard in the keys' order, the larger
+    shapes (more bytes a timing replay reads) spread first; never an empty shard."""
+    from hlcore.timing import ROTATE_BYTES
+
+    big = 3 * ROTATE_BYTES  # one key of this shape costs three small keys (the replay's floor)
+    shapes = [(1024, 1024), (big, 1), (2048, 1024), (4096, 1024)]
+    keys = [at.TuneKey("fp8_dynamic", n, k, m) for n, k in shapes for m in (1, 2, 4)]
+    parts = gs.shard_groups(keys, 2)
+    assert len(parts) == 2 and [len(p) for p in parts] == [3, 9]
+    assert _units(parts[0]) == {("fp8_dynamic", big, 1)}  # 9 of cost against 3 x 3
+    for part in parts:
+        assert part == [k for k in keys if k in part]  # the keys' order
+    assert not _units(parts[0]) & _units(parts[1])
+    assert gs.shard_groups(keys, 1) == [keys]
+    assert gs.shard_groups(keys[:3], 4) == [keys[:3]]  # one bucket of one shape: one shard
+    with pytest.raises(ValueError, match="at least 1"):
+        gs.shard_groups(keys, 0)
+
+
+def test_shard_groups_splits_shapes_into_m_buckets_when_gpus_outnumber_them():
+    """Fewer shapes than shards: a shape's M buckets go to different shards (each a search group:
+    the bucket's Ms stay together), up to one shard per group."""
+    keys = [
+        at.TuneKey(fmt, 4096, 4096, m) for fmt in ("fp8_dynamic", "w8a8_int8") for m in (1, 2, 16, 24, 32)
+    ]
+    parts = gs.shard_groups(keys, 4)
+    assert len(parts) == 4
+    groups = [{(k.fmt, gs.bucket_of(k.m)) for k in part} for part in parts]
+    for part in parts:  # a bucket is never split
+        for fmt, bucket in {(k.fmt, gs.bucket_of(k.m)) for k in part}:
+            assert {k.m for k in keys if k.fmt == fmt and gs.bucket_of(k.m) == bucket} <= {
+                k.m for k in part if k.fmt == fmt
+            }
+    # both shapes cost more than a shard's share (10 keys / 4): split into their 6 groups
+    assert sum(len(g) for g in groups) == 6 and sorted(map(len, parts)) == [2, 2, 3, 3]
+    assert len(gs.shard_groups(keys, 8)) == 6  # one shard per (format, N, K, bucket)
+    assert [len(p) for p in gs.shard_groups(keys, 2)] == [5, 5]  # a shape is a shard's share: whole

@@ -8,6 +8,16 @@ key as the single-GPU run saves its file). When the workers end, :func:`merge_sh
 shard files into the output file and deletes them; a run that was stopped leaves its shard files,
 and the next run folds them in first, so it resumes from every key any worker finished.
 
+The grid search (``--effort grid``, the default) is sharded by search group instead
+(:func:`hltools.grid_search.shard_groups`: whole (format, N, K) shapes, split into M buckets when
+there are fewer shapes than GPUs), so no two workers search or compile the same candidates; each
+worker runs its own search (:func:`hltools.grid_search.make_grid_tuner`) with ``cpus // workers``
+compile processes, so the workers' compiles together use every CPU once, into one kernel cache
+directory (:func:`hltools.grid_search.use_run_kernel_cache`, set before the workers start). A
+worker times on its own GPU while others still compile: the timer measures the GPU's time inside
+one CUDA-graph replay, which the host's load does not stretch. Each worker prints its search's
+stage line (``[gpu i] grid search: ...``).
+
 Keys are timed on the GPU that tuned them; the GPUs must be of one kind (the output file is named
 after the GPU: a worker whose GPU has another name fails its keys). Several machines:
 :mod:`hltools.autotune_ray` (``--ray``).
@@ -20,6 +30,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from rich.text import Text
 
 from hlcore.config_store import read_config_file, save_config_file
 from hltools import autotune as at
@@ -69,23 +81,36 @@ def _worker(
     path: Path,
     run: dict[str, Any],
     options: at.TuneOptions,
+    compile_workers: int | None = None,
 ) -> at.RunSummary:
     """One GPU's share (runs in its own process): the GPU made the only visible one, then
-    :func:`hltools.autotune.run_autotune` into the shard file, a status line per key on stdout."""
+    :func:`hltools.autotune.run_autotune` into the shard file, a status line per key on stdout
+    (the grid search: over this share's keys, ``compile_workers`` compile processes, and its stage
+    line at the end)."""
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     backend = at.gpu_backend()
     if backend is None:
         raise at.AutotuneError(f"worker {index}: GPU {gpu} is not usable")
     _gpu_name, tune, check = backend
-    return at.run_autotune(
+    if options.effort == "grid":
+        from hltools import grid_search
+
+        tune = grid_search.make_grid_tuner(keys, options.seed, options.block_scale_a, compile_workers)
+    summary = at.run_autotune(
         keys,
         shard_path(path, index),
         tune=tune,
         check=check,
         options=options,
-        on_done=lambda status: print(f"[gpu {gpu}] {at.status_line(status)}", flush=True),
+        on_done=lambda status: print(
+            f"[gpu {gpu}] {Text.from_markup(at.status_line(status)).plain}", flush=True
+        ),
         **run,
     )
+    search = getattr(tune, "search", None)
+    if search is not None and search.stages:
+        print(f"[gpu {gpu}] {search.stage_report()}", flush=True)
+    return summary
 
 
 def run_sharded(
@@ -100,7 +125,8 @@ def run_sharded(
     context: str = "spawn",
 ) -> at.RunSummary:
     """Tune ``keys`` into ``path`` on the local GPUs ``gpus`` (CUDA device indices as strings), one
-    worker process each (``context``: multiprocessing start method; CUDA needs ``spawn``).
+    worker process each (``context``: multiprocessing start method; CUDA needs ``spawn``); the grid
+    search (``options.effort == "grid"``) sharded by search group (module docstring).
 
     Shard files left by an earlier run are folded in first; keys already in ``path`` are skipped
     (``force`` retunes them, as :func:`hltools.autotune.run_autotune` does, after the same check of
@@ -110,11 +136,20 @@ def run_sharded(
     summary = at.RunSummary(path)
     summary.statuses = list(plan.skipped.values())
     todo = [keys[i] for i in plan.todo]
-    parts = shard_keys(todo, len(gpus))
+    compile_workers = None
+    if options.effort == "grid":
+        from hltools import grid_search
+
+        parts = grid_search.shard_groups(todo, len(gpus))
+        compile_workers = max(1, (os.cpu_count() or 1) // max(len(parts), 1))
+        grid_search.use_run_kernel_cache()  # before the workers start: they share it
+    else:
+        parts = shard_keys(todo, len(gpus))
     run = {"metadata": metadata, "force": True, "budget_seconds": budget_seconds}  # a shard file is new
     with mp.get_context(context).Pool(len(parts) or 1) as pool:
         results = [
-            pool.apply_async(_worker, (i, gpus[i], part, path, run, options)) for i, part in enumerate(parts)
+            pool.apply_async(_worker, (i, gpus[i], part, path, run, options, compile_workers))
+            for i, part in enumerate(parts)
         ]
         summaries = [r.get() for r in results]
     if plan.stale:  # --force over another GPU's or helion's file: it starts afresh, as run_autotune does

@@ -37,6 +37,10 @@ compile and timing work. Each is still tried as a neighbour of every group's fas
 (:func:`neighbors`, with the refinements), so a shape where one of them wins finds it next to the
 best grid config.
 
+Several GPUs of one machine (``--gpus N``, :mod:`hltools.autotune_shards`): :func:`shard_groups`
+deals whole groups to one worker process per GPU, each running its own search
+(:func:`make_grid_tuner`) with its share of the CPUs for compiling, into one shared kernel cache.
+
 Times and compiles are injected (``time``, ``compile``), so the search is tested on the CPU with
 fakes; :func:`gpu_timer` and :func:`parallel_compiler` are the H200 ones.
 """
@@ -47,6 +51,7 @@ import contextlib
 import json
 import math
 import os
+import tempfile
 import time as _time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +90,52 @@ Compiler = Callable[[Sequence[tuple[str, int, int, tuple[int, ...], Config]]], N
 def bucket_of(m: int) -> tuple[int, ...]:
     """The :data:`M_BUCKETS` bucket holding ``m`` (``(m,)`` for an M in none)."""
     return next((b for b in M_BUCKETS if m in b), (m,))
+
+
+def shard_groups(keys: Sequence[Any], shards: int) -> list[list[Any]]:
+    """``keys`` (objects with ``fmt``, ``n``, ``k``, ``m``: :class:`hltools.autotune.TuneKey`) split
+    into at most ``shards`` lists for one search each (a sharded grid run, ``--gpus N``), none empty,
+    each list in the order of ``keys``.
+
+    The unit is a (format, N, K): its groups share configs, so one worker compiles each of them
+    once. While there are fewer units than ``shards``, or a unit costs more than a shard's share
+    (the total / ``shards``), the costliest such unit of several M buckets is split into its buckets
+    (a search's groups, :func:`bucket_of`). Units are then dealt largest first,
+    each to the shard with the least cost so far; a unit's cost is what its timing replays read,
+    ``max(N * K, ROTATE_BYTES)`` bytes per key (:func:`hlcore.timing.copies_for` rotates weight
+    copies up to that size; compiles cost about the same per key). Raises ``ValueError`` for
+    ``shards`` < 1."""
+    from hlcore.timing import ROTATE_BYTES
+
+    if shards < 1:
+        raise ValueError(f"--gpus must be at least 1; got {shards}")
+    units: dict[tuple, list[int]] = {}  # indices into keys
+    for i, key in enumerate(keys):
+        units.setdefault((key.fmt, key.n, key.k), []).append(i)
+
+    def cost(unit: list[int]) -> int:
+        return sum(max(keys[i].n * keys[i].k, ROTATE_BYTES) for i in unit)
+
+    share = sum(cost(ix) for ix in units.values()) / shards
+    while True:
+        splittable = [u for u, ix in units.items() if len({bucket_of(keys[i].m) for i in ix}) > 1]
+        if len(units) >= shards:  # enough units: split only one larger than a shard's share
+            splittable = [u for u in splittable if cost(units[u]) > share]
+        if not splittable:
+            break
+        unit = max(splittable, key=lambda u: cost(units[u]))
+        for i in units.pop(unit):
+            units.setdefault((*unit, bucket_of(keys[i].m)), []).append(i)
+    loads = [0] * min(shards, len(units))
+    shard_of: dict[int, int] = {}
+    for unit in sorted(units.values(), key=cost, reverse=True):
+        j = loads.index(min(loads))
+        loads[j] += cost(unit)
+        shard_of.update((i, j) for i in unit)
+    parts: list[list[Any]] = [[] for _ in loads]
+    for i, key in enumerate(keys):
+        parts[shard_of[i]].append(key)
+    return parts
 
 
 def _key(config: Config) -> str:
@@ -368,6 +419,31 @@ def parallel_compiler(
         precompile(work, workers if workers is not None else (os.cpu_count() or 1), on_done=on_done)
 
     return compile
+
+
+def use_run_kernel_cache() -> str:
+    """``HL_KERNEL_CACHE_DIR``, set to a fresh directory for this run when it is unset or empty, so
+    the search loads the code the compile workers generated instead of binding every candidate again;
+    set before a sharded run starts its workers, they share it (entries are written atomically)."""
+    if not os.environ.get("HL_KERNEL_CACHE_DIR", "").strip():
+        os.environ["HL_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="hl-grid-kernels-")
+    return os.environ["HL_KERNEL_CACHE_DIR"]
+
+
+def make_grid_tuner(
+    keys: Sequence[Any], seed: int = 0, block_scale_a: str = "row", compile_workers: int | None = None
+) -> Callable:
+    """The GPU's grid search over ``keys`` (:class:`hltools.autotune.TuneKey`) as a tuner
+    (:func:`grid_tuner`): :func:`gpu_timer` on the current CUDA GPU, :func:`parallel_compiler` with
+    ``compile_workers`` processes (default one per CPU; a sharded run gives each GPU's worker its
+    share), hlcore's kernel cache on (:func:`use_run_kernel_cache`)."""
+    use_run_kernel_cache()
+    search = GridSearch(
+        [(k.fmt, k.n, k.k, k.m) for k in keys],
+        time=gpu_timer(max(k.m for k in keys), seed, block_scale_a),
+        compile=parallel_compiler(compile_workers, block_scale_a=block_scale_a),
+    )
+    return grid_tuner(search)
 
 
 def grid_tuner(search: GridSearch) -> Callable:

@@ -37,9 +37,9 @@ EffortOption = Annotated[
     Effort | None,
     typer.Option(
         help="grid: every config of the decode search space (hltools.grid_search), one search per "
-        "(format, N, K, M bucket), all compiled first in one worker process per CPU, on one GPU. "
-        "quick / full: Helion's autotuner at that effort, per key (shards over --gpus, runs on --ray). "
-        "Default: grid, or quick with --gpus > 1 or --ray."
+        "(format, N, K, M bucket), all compiled first in one worker process per CPU, on this "
+        "machine's GPUs (--gpus). quick / full: Helion's autotuner at that effort, per key (also runs "
+        "on --ray). Default: grid, or quick with --ray."
     ),
 ]
 BudgetMinutes = Annotated[
@@ -67,9 +67,10 @@ Gpus = Annotated[
     int | None,
     typer.Option(
         min=1,
-        help="Tune on this many local GPUs at once, one worker process each, keys dealt round-robin "
-        "(Helion's autotuner: --effort quick / full, the default above 1; every visible GPU when not "
-        "given; the GPUs must be of one kind). A stopped run resumes. The grid runs on one GPU.",
+        help="Tune on this many local GPUs at once, one worker process each (every visible GPU when "
+        "not given; the GPUs must be of one kind). The grid deals whole shapes (format, N, K; their M "
+        "buckets when GPUs outnumber shapes), each worker compiling on its share of the CPUs; Helion's "
+        "autotuner deals keys round-robin. A stopped run resumes.",
     ),
 ]
 RayAddress = Annotated[
@@ -164,9 +165,12 @@ def autotune(
         raise typer.BadParameter(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
         )
-    effort = default_effort(effort, gpus, ray)
-    if effort == Effort.grid and (ray is not None or (gpus or 1) > 1):
-        raise typer.BadParameter("grid runs on one GPU (not with --gpus > 1 or --ray)", param_hint="--effort")
+    effort = default_effort(effort, ray)
+    if effort == Effort.grid and ray is not None:
+        raise typer.BadParameter(
+            "grid runs on this machine's GPUs (--gpus), not on --ray; --effort quick / full runs there",
+            param_hint="--effort",
+        )
     if ray is not None:
         _autotune_on_ray(
             out, ray, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed
@@ -183,8 +187,13 @@ def autotune(
     command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a)
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
-    if effort == Effort.grid:
-        tune = _grid_tuner(_keys_to_tune(keys, path, force, block_scale_a), seed, block_scale_a)
+    gpu_ids = _local_gpus(gpus)
+    if effort == Effort.grid and len(gpu_ids) <= 1:
+        from hltools import grid_search
+
+        tune = grid_search.make_grid_tuner(
+            _keys_to_tune(keys, path, force, block_scale_a), seed, block_scale_a
+        )
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
     meta["block_scale_a"] = block_scale_a
@@ -192,7 +201,6 @@ def autotune(
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
     options = at.TuneOptions(effort=effort.value, seed=seed, block_scale_a=block_scale_a)
-    gpu_ids = [] if effort == Effort.grid else _local_gpus(gpus)  # grid: this process, one GPU
     if len(gpu_ids) > 1:
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
     else:
@@ -210,13 +218,13 @@ def autotune(
     _report(out, summary, command)
 
 
-def default_effort(effort: Effort | None, gpus: int | None, ray: str | None) -> Effort:
+def default_effort(effort: Effort | None, ray: str | None) -> Effort:
     """``effort`` when given; else ``grid`` (2-5 minutes a model and format on one H200, never worse
-    than the heuristic config it is seeded with: docs/tuning.md), or ``quick`` where the run spans
-    GPUs (``--gpus`` above 1, ``--ray``), which only Helion's per-key autotuner does."""
+    than the heuristic config it is seeded with: docs/tuning.md; on every local GPU, sharded by
+    shape), or ``quick`` on a Ray cluster (``--ray``), where only Helion's per-key autotuner runs."""
     if effort is not None:
         return effort
-    return Effort.quick if ray is not None or (gpus or 1) > 1 else Effort.grid
+    return Effort.quick if ray is not None else Effort.grid
 
 
 def _keys_to_tune(keys, path, force: bool, block_scale_a: str = "row"):
@@ -230,25 +238,6 @@ def _keys_to_tune(keys, path, force: bool, block_scale_a: str = "row"):
     except at.AutotuneError:
         done = set()
     return [k for k in keys if tuple(sorted(k.key.items())) not in done] or keys
-
-
-def _grid_tuner(keys, seed: int, block_scale_a: str = "row"):
-    """The grid search's tuner over every key of the run (hltools.grid_search). hlcore's kernel cache
-    is switched on (a fresh directory for this run unless HL_KERNEL_CACHE_DIR is set) so the search
-    process loads what the compile workers generated instead of binding every candidate again."""
-    import tempfile
-
-    from hltools import grid_search as gs
-
-    if not os.environ.get("HL_KERNEL_CACHE_DIR", "").strip():
-        os.environ["HL_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="hl-grid-kernels-")
-
-    search = gs.GridSearch(
-        [(k.fmt, k.n, k.k, k.m) for k in keys],
-        time=gs.gpu_timer(max(k.m for k in keys), seed, block_scale_a),
-        compile=gs.parallel_compiler(block_scale_a=block_scale_a),
-    )
-    return gs.grid_tuner(search)
 
 
 def _report(out: Console, summary, command: str) -> None:
@@ -309,7 +298,10 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
     from hltools import autotune as at
     from hltools import autotune_shards
 
-    out.print(f"{len(keys)} keys over {len(gpu_ids)} GPUs ({', '.join(gpu_ids)}), one worker process each")
+    dealt = "whole shapes per GPU (grid search)" if options.effort == "grid" else "keys dealt round-robin"
+    out.print(
+        f"{len(keys)} keys over {len(gpu_ids)} GPUs ({', '.join(gpu_ids)}), one worker process each, {dealt}"
+    )
     try:
         return autotune_shards.run_sharded(
             keys, path, gpu_ids, options=options, metadata=meta, force=force, budget_seconds=budget
