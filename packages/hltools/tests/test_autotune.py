@@ -549,14 +549,6 @@ def test_cli_default_effort_is_the_grid(tmp_path, monkeypatch, extra, expected):
     assert f"effort {expected}" in result.output
 
 
-def test_default_effort_rule():
-    from hltools.commands.autotune import Effort, default_effort
-
-    assert default_effort(None, None) is Effort.grid
-    assert default_effort(None, "auto") is Effort.quick  # Ray: Helion's per-key autotuner
-    assert default_effort(Effort.full, None) is Effort.full
-
-
 def test_untuned_pick_routes_as_the_plugin_would():
     """An exact key runs Helion unless marked fallback; a file without an entry of the format
     (``heuristic``) runs vLLM's kernel; a nearest pick, and an exact Block_FP8 key measured on

@@ -74,7 +74,7 @@ def _run(path, backend=h200_backend, **kw):
         _keys(),
         path,
         gpu_name="nvidia_h200",
-        options=at.TuneOptions(),
+        options=kw.pop("options", at.TuneOptions()),
         metadata=META,
         backend=backend,
         env=at.benchmark_env(),
@@ -131,8 +131,105 @@ def test_cli_ray_option_checks(monkeypatch, tmp_path):
             '--ray needs Ray on this machine and on every node: pip install "hltools[ray]"'
         )
 
+    class NoCluster:
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @staticmethod
+        def init(address=None, **kw):
+            raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(autotune_ray, "import_ray", lambda: NoCluster)
+    result = runner.invoke(app, [*args, "--effort", "grid"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "--ray auto: cannot connect to a Ray cluster" in result.output
+    assert "Could not find any running Ray instance" in result.output
+
     monkeypatch.setattr(autotune_ray, "import_ray", no_ray)
     result = runner.invoke(
         app, ["autotune", "--model", "qwen3-8b", "--ray", "auto", "--output", str(tmp_path)]
     )
     assert result.exit_code == 2 and 'pip install "hltools[ray]"' in result.output
+
+
+def _cost(m, n, k, c):  # deterministic, and not the heuristic's optimum
+    return 10.0 + abs(c["split_k"] - 4) + (c["block_sizes"][1] == 128) + 0.01 * m
+
+
+def _fake_search(keys):
+    from hltools import grid_search as gs
+
+    def time(fmt, m, n, k, configs):
+        return [_cost(m, n, k, c) for c in configs]
+
+    return gs.GridSearch([(k.fmt, k.n, k.k, k.m) for k in keys], time=time, compile=lambda jobs: None)
+
+
+def test_a_grid_run_is_one_task_per_shard_of_whole_shapes_with_the_nodes_cpus_per_gpu(cluster, tmp_path):
+    """--effort grid on Ray: one task per shard (a shape's keys never on two tasks), each given the
+    GPU nodes' CPUs per GPU as compile workers; the saved configs are one search's over all keys;
+    each task's stage line reaches the driver; a budget spent starts no shard; a rerun resumes."""
+    import json
+
+    from hltools import grid_search as gs
+
+    log = tmp_path / "tasks.jsonl"
+
+    def grid(keys, options, compile_workers):
+        with log.open("a") as f:
+            f.write(
+                json.dumps({"shapes": sorted({(k.n, k.k) for k in keys}), "workers": compile_workers}) + "\n"
+            )
+        return gs.grid_tuner(_fake_search(keys))
+
+    path = tmp_path / "nvidia_h200.json"
+    reports = []
+    summary, done = _run(path, options=at.TuneOptions(effort="grid"), grid=grid, on_report=reports.append)
+    assert summary.count("tuned") == 9 and len(done) == 9
+    assert [s.key for s in summary.statuses] == _keys()
+    tasks = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(tasks) == 2 and {t["workers"] for t in tasks} == {1}  # 2 CPUs / 2 GPUs
+    shapes = [tuple(s) for t in tasks for s in t["shapes"]]
+    assert len(shapes) == len(set(shapes)) == 3  # each shape on one task
+    one = _fake_search(_keys())
+    saved = cs.read_config_file(path).entries
+    for key in _keys():
+        assert saved[cs.ConfigEntry(key.key, {}).id].config == one.pick(key.fmt, key.n, key.k, key.m).config
+    assert len(reports) == 2 and all(r.startswith("grid search: compile the grid (") for r in reports)
+
+    again, _ = _run(path, options=at.TuneOptions(effort="grid"), grid=grid)
+    assert again.count("skipped") == 9 and len(log.read_text().splitlines()) == 2  # nothing searched
+    spent, _ = _run(
+        tmp_path / "b" / "nvidia_h200.json",
+        options=at.TuneOptions(effort="grid"),
+        grid=grid,
+        budget_seconds=0,
+    )
+    assert spent.count("not run") == 9
+
+
+def test_a_grid_task_on_another_gpu_fails_its_keys(cluster, tmp_path):
+    def grid(keys, options, compile_workers):
+        raise AssertionError("not searched on a GPU of another kind")
+
+    summary, _ = _run(
+        tmp_path / "nvidia_h200.json",
+        backend=other_gpu_backend,
+        options=at.TuneOptions(effort="grid"),
+        grid=grid,
+    )
+    assert summary.count("failed") == 9
+    assert "this node's GPU is nvidia_h100, the file's nvidia_h200" in summary.failed[0].message
+
+
+def test_cpus_per_gpu_is_the_fewest_of_any_gpu_node():
+    class FakeRay:
+        def nodes(self):
+            return [
+                {"Alive": True, "Resources": {"CPU": 64.0}},  # a head node without GPUs
+                {"Alive": True, "Resources": {"CPU": 32.0, "GPU": 8.0}},
+                {"Alive": True, "Resources": {"CPU": 48.0, "GPU": 4.0}},
+                {"Alive": False, "Resources": {"CPU": 2.0, "GPU": 2.0}},
+            ]
+
+    assert autotune_ray.cpus_per_gpu(FakeRay()) == 4

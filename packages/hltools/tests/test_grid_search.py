@@ -188,12 +188,6 @@ def test_grid_tuner_saves_the_searchs_picks_through_run_autotune(tmp_path):
     assert saved == {k.m: search.pick(k.fmt, k.n, k.k, k.m).config for k in keys}
 
 
-def test_cli_grid_is_not_on_ray():
-    result = runner.invoke(app, ["autotune", "--model", "qwen3-1.7b", "--effort", "grid", "--ray", "auto"])
-    assert result.exit_code == 2
-    assert "grid runs on this machine's GPUs" in result.output
-
-
 def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
     """``hltools autotune --effort grid`` with a fake GPU: the search (and its two compiles) covers the
     keys the output file does not hold yet; a rerun searches nothing."""

@@ -44,6 +44,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from hlcore.config_store import (
     SCALED_MM_KERNEL,
     ConfigEntry,
@@ -758,8 +760,8 @@ def status_line(status: KeyStatus) -> str:
             line += " [yellow]slower than vLLM's kernel: marked fallback"
         return line
     if status.status == "failed":
-        return f"[bold red]FAILED[/] {label}: {status.message}"
-    return f"[dim]{status.status}[/] {label}: {status.message}"
+        return f"[bold red]FAILED[/] {label}: {escape(status.message)}"
+    return f"[dim]{status.status}[/] {label}: {escape(status.message)}"
 
 
 def benchmark_env() -> dict[str, str]:

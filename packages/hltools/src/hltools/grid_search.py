@@ -37,9 +37,10 @@ compile and timing work. Each is still tried as a neighbour of every group's fas
 (:func:`neighbors`, with the refinements), so a shape where one of them wins finds it next to the
 best grid config.
 
-Several GPUs of one machine (``--gpus N``, :mod:`hltools.autotune_shards`): :func:`shard_groups`
-deals whole groups to one worker process per GPU, each running its own search
-(:func:`make_grid_tuner`) with its share of the CPUs for compiling, into one shared kernel cache.
+Several GPUs (``--gpus N``, :mod:`hltools.autotune_shards`; a Ray cluster's, ``--ray``,
+:mod:`hltools.autotune_ray`): :func:`shard_groups` deals whole shapes (or their groups) to one
+worker process or Ray task per GPU, each running its own search (:func:`make_grid_tuner`) with its
+share of the CPUs for compiling.
 
 Times and compiles are injected (``time``, ``compile``), so the search is tested on the CPU with
 fakes; :func:`gpu_timer` and :func:`parallel_compiler` are the H200 ones.

@@ -38,8 +38,8 @@ EffortOption = Annotated[
     typer.Option(
         help="grid: every config of the decode search space (hltools.grid_search), one search per "
         "(format, N, K, M bucket), all compiled first in one worker process per CPU, on this "
-        "machine's GPUs (--gpus). quick / full: Helion's autotuner at that effort, per key (also runs "
-        "on --ray). Default: grid, or quick with --ray."
+        "machine's GPUs (--gpus) or a Ray cluster's (--ray), whole shapes per GPU. quick / full: "
+        "Helion's autotuner at that effort, per key. Default: grid."
     ),
 ]
 BudgetMinutes = Annotated[
@@ -78,8 +78,9 @@ RayAddress = Annotated[
     typer.Option(
         "--ray",
         metavar="ADDRESS",
-        help="Tune on the GPUs of a Ray cluster, one task per key on any free GPU, each key saved here "
-        "as it returns (a stopped run resumes): 'auto' joins this machine's cluster, 'local' starts "
+        help="Tune on the GPUs of a Ray cluster, one task per key on any free GPU (the grid: one per "
+        "shard of whole shapes, with the node's CPUs per GPU), each key saved here as it returns (a "
+        "stopped run resumes): 'auto' joins this machine's cluster, 'local' starts "
         "one here, else a cluster address. Needs Ray and hl on every node (pip install "
         '"hltools[ray]"), GPUs of one kind; this machine needs no GPU.',
     ),
@@ -165,12 +166,7 @@ def autotune(
         raise typer.BadParameter(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
         )
-    effort = default_effort(effort, ray)
-    if effort == Effort.grid and ray is not None:
-        raise typer.BadParameter(
-            "grid runs on this machine's GPUs (--gpus), not on --ray; --effort quick / full runs there",
-            param_hint="--effort",
-        )
+    effort = effort or Effort.grid
     if ray is not None:
         _autotune_on_ray(
             out, ray, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed
@@ -216,15 +212,6 @@ def autotune(
                 highlight=False,
             )
     _report(out, summary, command)
-
-
-def default_effort(effort: Effort | None, ray: str | None) -> Effort:
-    """``effort`` when given; else ``grid`` (2-5 minutes a model and format on one H200, never worse
-    than the heuristic config it is seeded with: docs/tuning.md; on every local GPU, sharded by
-    shape), or ``quick`` on a Ray cluster (``--ray``), where only Helion's per-key autotuner runs."""
-    if effort is not None:
-        return effort
-    return Effort.quick if ray is not None else Effort.grid
 
 
 def _keys_to_tune(keys, path, force: bool, block_scale_a: str = "row"):
@@ -341,7 +328,8 @@ def _tune_on_ray(out: Console, address, keys, output: Path, command, options, fo
         path = at.output_path(output, gpu_name)
         meta = at.provenance(gpu_name, command=command, seed=options.seed, effort=options.effort, model=model)
         meta["commit"] = git_commit()
-        out.print(f"Ray cluster: {gpus} x {gpu_name} -> {path}; {len(keys)} keys, one task per key")
+        per = "one task per shard of whole shapes" if options.effort == "grid" else "one task per key"
+        out.print(f"Ray cluster: {gpus} x {gpu_name} -> {path}; {len(keys)} keys, {per}")
         return autotune_ray.run_on_ray(
             ray,
             keys,
@@ -352,7 +340,8 @@ def _tune_on_ray(out: Console, address, keys, output: Path, command, options, fo
             force=force,
             budget_seconds=budget,
             env=at.benchmark_env(),
-            on_done=lambda status: out.print(at.status_line(status), markup=False, highlight=False),
+            on_done=lambda status: out.print(at.status_line(status), highlight=False),
+            on_report=lambda report: out.print(report, markup=False, highlight=False),
         )
     except at.AutotuneError as exc:
         _cannot_start(out, exc)
