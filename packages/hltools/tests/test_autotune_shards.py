@@ -2,6 +2,7 @@
 a fake tuner that records the GPU it saw), shard files folded into the output, resume from a stopped
 run's shard files, the metadata check, and the CLI's --gpus bound."""
 
+import multiprocessing as mp
 import os
 
 import pytest
@@ -165,9 +166,13 @@ def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
         return time
 
     def parallel_compiler(workers=None, on_done=None, block_scale_a="row"):
-        return lambda jobs: record(
-            kind="compile", workers=workers, shapes=sorted({(f, n, k) for f, n, k, *_ in jobs})
-        )
+        def compile(jobs):  # starts a process, as the real one does: a worker may have children
+            child = mp.get_context("fork").Process(target=len, args=((),))
+            child.start()
+            child.join()
+            record(kind="compile", workers=workers, shapes=sorted({(f, n, k) for f, n, k, *_ in jobs}))
+
+        return compile
 
     monkeypatch.setattr(gs, "gpu_timer", gpu_timer)
     monkeypatch.setattr(gs, "parallel_compiler", parallel_compiler)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +147,14 @@ def run_sharded(
     else:
         parts = shard_keys(todo, len(gpus))
     run = {"metadata": metadata, "force": True, "budget_seconds": budget_seconds}  # a shard file is new
-    with mp.get_context(context).Pool(len(parts) or 1) as pool:
+    # not multiprocessing.Pool: its workers are daemonic and may not start processes, which the
+    # grid's compile workers and Helion's autotuner precompile both do
+    with ProcessPoolExecutor(len(parts) or 1, mp_context=mp.get_context(context)) as pool:
         results = [
-            pool.apply_async(_worker, (i, gpus[i], part, path, run, options, compile_workers))
+            pool.submit(_worker, i, gpus[i], part, path, run, options, compile_workers)
             for i, part in enumerate(parts)
         ]
-        summaries = [r.get() for r in results]
+        summaries = [r.result() for r in results]
     if plan.stale:  # --force over another GPU's or helion's file: it starts afresh, as run_autotune does
         path.unlink()
     merge_shards(path, plan.metadata)
