@@ -534,7 +534,9 @@ def test_cli_default_effort_is_the_grid(tmp_path, monkeypatch, extra, expected):
     out = tmp_path / "out"
     helion_tuner, grid_tuner = FakeTuner(), FakeTuner()
     monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", helion_tuner, fake_check))
-    monkeypatch.setattr(gs, "make_grid_tuner", lambda keys, seed, block_scale_a="row": grid_tuner)
+    monkeypatch.setattr(
+        gs, "make_grid_tuner", lambda keys, seed, block_scale_a="row", alongside=False: grid_tuner
+    )
     from hltools.commands import autotune as cmd
 
     monkeypatch.setattr(cmd, "_local_gpus", lambda gpus: ["0"])  # one visible: the run stays here

@@ -137,13 +137,15 @@ def test_cli_rejects_more_gpus_than_visible(monkeypatch, tmp_path):
     assert result.exit_code == 2 and "3 GPUs asked for, 2 visible" in result.output
 
 
+@pytest.mark.parametrize("alongside", [False, True], ids=["compile-first", "compile-alongside"])
 def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
-    fake_gpus, monkeypatch, tmp_path, capfd
+    fake_gpus, monkeypatch, tmp_path, capfd, alongside
 ):
     """--effort grid over two GPUs: each (format, N, K) is searched and compiled on one worker only,
     with cpus // workers compile processes, in one kernel cache directory set before the workers
     start; the saved configs are those of one search over all keys (the fake GPU times a config
-    the same everywhere), and each worker prints its stage line."""
+    the same everywhere), and each worker prints its stage line. Compiling alongside the timing,
+    a worker's pool has one process fewer (the timing keeps a CPU)."""
     import json
 
     from hltools import grid_search as gs
@@ -174,21 +176,37 @@ def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
 
         return compile
 
+    def compile_pool(workers):
+        from concurrent.futures import ThreadPoolExecutor
+
+        record(kind="pool", workers=workers)
+        return lambda: ThreadPoolExecutor(2)
+
+    def compile_job(job, block_scale_a="row"):
+        parallel_compiler(workers="pool")([job])
+
     monkeypatch.setattr(gs, "gpu_timer", gpu_timer)
     monkeypatch.setattr(gs, "parallel_compiler", parallel_compiler)
+    monkeypatch.setattr(gs, "compile_pool", compile_pool)
+    monkeypatch.setattr(gs, "compile_job", compile_job)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     monkeypatch.delenv("HL_KERNEL_CACHE_DIR", raising=False)
     path = tmp_path / "nvidia_h200.json"
-    summary = _run(path, ["0", "3"], options=at.TuneOptions(effort="grid"))
+    summary = _run(path, ["0", "3"], options=at.TuneOptions(effort="grid", compile_alongside=alongside))
     assert summary.count("tuned") == 9
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     shape_gpus = {}
     for r in rows:
-        for shape in [r["shape"]] if r["kind"] == "time" else r["shapes"]:
+        for shape in [r["shape"]] if r["kind"] == "time" else r.get("shapes", []):
             shape_gpus.setdefault(tuple(shape), set()).add(r["gpu"])
     assert len(shape_gpus) == 3 and all(len(g) == 1 for g in shape_gpus.values())
     assert {g for gs_ in shape_gpus.values() for g in gs_} == {"0", "3"}
-    assert {r["workers"] for r in rows if r["kind"] == "compile"} == {4}
+    if alongside:
+        assert [r["workers"] for r in rows if r["kind"] == "pool"] == [3, 3]
+        assert {r["workers"] for r in rows if r["kind"] == "compile"} == {"pool"}
+    else:
+        assert {r["workers"] for r in rows if r["kind"] == "compile"} == {4}
+        assert not [r for r in rows if r["kind"] == "pool"]
     assert len({r["cache"] for r in rows}) == 1 and rows[0]["cache"]
     keys = _keys()
     one = gs.GridSearch([(k.fmt, k.n, k.k, k.m) for k in keys], time=gpu_timer(4), compile=lambda jobs: None)
@@ -196,6 +214,6 @@ def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
     for key in keys:
         assert saved[cs.ConfigEntry(key.key, {}).id].config == one.pick(key.fmt, key.n, key.k, key.m).config
     out = capfd.readouterr().out
-    assert out.count("] grid search: compile the grid (") == 2
+    assert out.count("] grid search: compile (" if alongside else "] grid search: compile the grid (") == 2
     assert "[gpu 0] grid search" in out and "[gpu 3] grid search" in out
     assert "[gpu 3] tuned fp8_dynamic" in out and "[/]" not in out  # plain text, no rich markup

@@ -296,11 +296,11 @@ def test_stage_report_gives_each_stage_its_count_and_wall_seconds():
     assert search.stages["compile the refinements"].count == len(compiler.jobs[1])
     spaces = sum(len(gs.search_space("fp8_dynamic", max(b), 6144, 4096)) for b in gs.M_BUCKETS)
     assert search.stages["time the grid"].count == spaces
-    assert all(s.seconds == 1.0 for s in list(search.stages.values())[:4])  # one tick each
-    assert search.stages["check each M"].seconds == 7.0  # one per M
+    # one tick per compile batch, per group timed (3 buckets) and per M checked
+    assert [s.seconds for s in search.stages.values()] == [1.0, 3.0, 1.0, 3.0, 7.0]
     report = search.stage_report()
     assert report.startswith(f"grid search: compile the grid ({len(compiler.jobs[0])}) 1.0 s; time the grid")
-    assert report.endswith(f"check each M ({search.stages['check each M'].count}) 7.0 s; 11.0 s in all")
+    assert report.endswith(f"check each M ({search.stages['check each M'].count}) 7.0 s; 15.0 s in all")
 
 
 def test_block_formats_also_try_the_scales_one_step_ahead():
@@ -373,3 +373,146 @@ def test_shard_groups_splits_shapes_into_m_buckets_when_gpus_outnumber_them():
     assert sum(len(g) for g in groups) == 6 and sorted(map(len, parts)) == [2, 2, 3, 3]
     assert len(gs.shard_groups(keys, 8)) == 6  # one shard per (format, N, K, bucket)
     assert [len(p) for p in gs.shard_groups(keys, 2)] == [5, 5]  # a shape is a shard's share: whole
+
+
+# --------------------------------------------------------------------------------------------
+# Compiles alongside the timing (GridSearch(compile_pool=..., compile_one=...))
+# --------------------------------------------------------------------------------------------
+class FakePool:
+    """A one-thread pool: jobs run in the order submitted, as a process pool's queue feeds them.
+    ``compiled`` holds (config key, M) for every job done; ``gate`` (job index -> Event) holds a
+    job back until the event is set (and raises after 10 s)."""
+
+    def __init__(self, gate=None):
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool, self.jobs, self.compiled = ThreadPoolExecutor(1), [], set()
+        self.gate, self.lock, self.shut = gate or {}, threading.Lock(), False
+
+    def __call__(self):  # the factory
+        return self
+
+    def submit(self, fn, job):
+        self.jobs.append(job)
+        return self.pool.submit(fn, job, len(self.jobs) - 1)
+
+    def compile_one(self, job, index):
+        if index in self.gate and not self.gate[index].wait(10):
+            raise AssertionError(f"job {index} held back 10 s: nothing was timed while it waited")
+        with self.lock:
+            self.compiled |= {(_key(job[4]), m) for m in job[3]}
+        return None
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        self.shut = True
+        self.pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+class CheckedTimer(CostModel):
+    """The cost model, failing a timing of a (config, M) not yet compiled."""
+
+    def __init__(self, pool, **kw):
+        super().__init__(**kw)
+        self.pool, self.uncompiled = pool, []
+
+    def __call__(self, fmt, m, n, k, configs):
+        with self.pool.lock:
+            self.uncompiled += [(m, c) for c in configs if (_key(c), m) not in self.pool.compiled]
+        return super().__call__(fmt, m, n, k, configs)
+
+
+def _alongside(pool, timer, keys=KEYS):
+    return gs.GridSearch(
+        keys, time=timer, compile_pool=pool, compile_one=lambda job, i: pool.compile_one(job, i)
+    )
+
+
+def test_compiles_alongside_pick_what_compiling_first_picks_and_time_only_what_is_built():
+    keys = KEYS + [("w8a8_int8", 4096, 12288, m) for m in (1, 8, 16, 32)]
+    first = gs.GridSearch(keys, time=CostModel(knob_bonus={("num_warps", 8): 0.6}), compile=Recorder())
+    pool = FakePool()
+    timer = CheckedTimer(pool, knob_bonus={("num_warps", 8): 0.6})
+    along = _alongside(pool, timer, keys)
+    for fmt, n, k, m in keys:
+        assert along.pick(fmt, n, k, m) == first.pick(fmt, n, k, m)
+    assert timer.uncompiled == []  # every timing found its kernels built at its M
+    assert pool.shut  # the pool is shut down when the search is done
+    assert any(first.pick(*key).config["num_warps"] == 8 for key in keys)  # refinements were timed
+    # each (format, N, K, config, M) compiled once, the same set as compiling first
+    along_jobs = [(f, n, k, _key(c), m) for f, n, k, ms, c in pool.jobs for m in ms]
+    assert len(along_jobs) == len(set(along_jobs))
+    stages = along.stages
+    assert list(stages) == [
+        "compile",
+        "wait for the compiles",
+        "time the grid",
+        "time the refinements",
+        "check each M",
+    ]
+    assert stages["compile"].alongside and stages["compile"].count == len(pool.jobs)
+    assert stages["time the grid"].count == sum(len(s) for s in along._spaces.values())
+    report = along.stage_report()
+    assert report.startswith(f"grid search: compile ({len(pool.jobs)}, alongside) ")
+    total = sum(s.seconds for name, s in stages.items() if name != "compile")
+    assert report.endswith(f"; {total:.1f} s in all")
+
+
+def test_compiles_alongside_time_the_first_group_before_the_last_job_is_built():
+    import threading
+
+    timed = threading.Event()
+    pool = FakePool()
+    n_grid = len(gs.GridSearch(KEYS, time=CostModel(), compile=Recorder())._grid_jobs()[0])
+    pool.gate = {n_grid - 1: timed}  # the last grid job waits until a group has been timed
+
+    class Timer(CheckedTimer):
+        def __call__(self, *args):
+            out = super().__call__(*args)
+            timed.set()
+            return out
+
+    timer = Timer(pool)
+    search = _alongside(pool, timer)
+    search.pick("fp8_dynamic", 6144, 4096, 1)
+    assert timed.is_set() and timer.uncompiled == []
+    assert len(pool.jobs) > n_grid  # the refinements were submitted behind the grid
+    assert search.stages["wait for the compiles"].count >= 1
+
+
+def test_compile_alongside_needs_both_pool_and_job_function():
+    with pytest.raises(ValueError, match="go together"):
+        gs.GridSearch(KEYS, time=CostModel(), compile_pool=FakePool())
+    with pytest.raises(ValueError, match="needs compile"):
+        gs.GridSearch(KEYS, time=CostModel())
+
+
+def test_cli_compile_alongside_runs_the_pool_search_and_says_so_in_the_resume_command(tmp_path, monkeypatch):
+    """``--compile-alongside``: the CLI's grid search compiles through the pool (the fake one here),
+    every key tuned as with --compile-first, the stage line says so; only with the grid."""
+    tiny = {"hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 4}
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps({**tiny, "head_dim": 64}))
+    pool = FakePool()
+    timer = CheckedTimer(pool)
+
+    def check(key, config, options):
+        return at.CheckResult(False, config, message="fails the reference")  # so the resume line prints
+
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", None, check))
+    monkeypatch.setattr(gs, "gpu_timer", lambda max_m, seed=0, block_scale_a="row": timer)
+    workers = []
+    monkeypatch.setattr(gs, "compile_pool", lambda n: workers.append(n) or pool)
+    monkeypatch.setattr(gs, "compile_job", lambda job, i, block_scale_a="row": pool.compile_one(job, i))
+    monkeypatch.setattr(gs.os, "cpu_count", lambda: 16)
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    args = ["autotune", "--model", str(model), "--formats", "fp8_dynamic", "--num-tokens", "1,16"]
+    args += ["--output", str(tmp_path / "out")]
+    result = runner.invoke(app, [*args, "--compile-alongside"])
+    assert result.exit_code == 1, result.output  # every key fails the (fake) check, after its search
+    assert workers == [15]  # one CPU left to the timing process
+    assert pool.jobs and pool.shut and timer.calls and timer.uncompiled == []
+    assert "grid search: compile (" in result.output and ", alongside)" in result.output
+    assert "--compile-alongside" in result.output.split("rerun the same command")[1]
+    result = runner.invoke(app, [*args, "--compile-alongside", "--effort", "quick"])
+    assert result.exit_code == 2 and "only with --effort grid" in result.output

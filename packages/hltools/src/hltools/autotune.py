@@ -141,6 +141,8 @@ class TuneOptions:
     budget_seconds: int | None = None  # for this key's search (Helion's autotune_budget_seconds)
     # the Block_FP8 scale_a layout tuned and checked on (hltools.bench.BLOCK_SCALE_A_LAYOUTS)
     block_scale_a: str = "row"
+    # the grid search compiles alongside the timing (hltools.grid_search.GridSearch's compile_pool)
+    compile_alongside: bool = False
 
 
 @dataclass(frozen=True)

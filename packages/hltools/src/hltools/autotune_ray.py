@@ -47,7 +47,9 @@ def gpu_grid_tuner(keys: list[at.TuneKey], options: at.TuneOptions, compile_work
     """The GPU's grid search over ``keys`` (:func:`hltools.grid_search.make_grid_tuner`)."""
     from hltools import grid_search
 
-    return grid_search.make_grid_tuner(keys, options.seed, options.block_scale_a, compile_workers)
+    return grid_search.make_grid_tuner(
+        keys, options.seed, options.block_scale_a, compile_workers, options.compile_alongside
+    )
 
 
 def import_ray():

@@ -96,7 +96,9 @@ def _worker(
     if options.effort == "grid":
         from hltools import grid_search
 
-        tune = grid_search.make_grid_tuner(keys, options.seed, options.block_scale_a, compile_workers)
+        tune = grid_search.make_grid_tuner(
+            keys, options.seed, options.block_scale_a, compile_workers, options.compile_alongside
+        )
     summary = at.run_autotune(
         keys,
         shard_path(path, index),

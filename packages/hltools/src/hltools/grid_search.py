@@ -10,7 +10,9 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
 2. **Compile first, in parallel.** Every candidate of every group is compiled before anything is
    timed, in worker processes (``compile(jobs)``: :func:`hltools.bench_compile.precompile`, one
    process per CPU), so timing never waits for a compiler (the refinements of step 3 in a second
-   batch, before they are timed).
+   batch, before they are timed). Or, alongside the timing (``compile_pool`` and ``compile_one``:
+   :class:`GridSearch`; ``hltools autotune --compile-alongside``): every job submitted at once,
+   each group timed as soon as its own candidates are built.
 3. **Time, refine, then check every M.** Every group's candidates are timed at its search M
    (``time(fmt, m, n, k, configs)``: CUDA-graph replay over weight copies larger than L2, the
    benchmarks' timer). Then each group's fastest gets the knobs the grid fixes, one at a time
@@ -49,6 +51,7 @@ fakes; :func:`gpu_timer` and :func:`parallel_compiler` are the H200 ones.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -84,8 +87,12 @@ BLOCK_REFINEMENTS: tuple[dict[str, Any], ...] = ({"prefetch_scales": True},)
 Config = dict[str, Any]
 #: ``time(fmt, m, n, k, configs) -> [median µs per config]`` (``inf`` for a config that fails).
 Timer = Callable[[str, int, int, int, Sequence[Config]], list[float]]
-#: ``compile([(fmt, n, k, ms, config), ...])``: build every kernel before timing.
-Compiler = Callable[[Sequence[tuple[str, int, int, tuple[int, ...], Config]]], None]
+#: One compile job: (format, N, K, the Ms it is timed at, config).
+Job = tuple[str, int, int, tuple[int, ...], Config]
+#: ``compile([job, ...])``: build every kernel before timing.
+Compiler = Callable[[Sequence[Job]], None]
+#: ``compile_one(job) -> None or the error``: one job, run in a worker of a search's ``compile_pool``.
+CompileOne = Callable[[Job], "str | None"]
 
 
 def bucket_of(m: int) -> tuple[int, ...]:
@@ -229,20 +236,31 @@ class Stage:
     name: str
     count: int = 0
     seconds: float = 0.0
+    #: run alongside the other stages (compiles while timing): left out of the sum
+    alongside: bool = False
 
 
 @dataclass
 class GridSearch:
     """One search over the keys ``keys`` (``(fmt, n, k, m)`` tuples) with the given timer and
-    compiler; :meth:`pick` runs a key's group on first use (compiling every group of the run
-    before the first timing) and answers from memory afterwards. ``stages`` holds each stage's
-    wall time (``clock``, seconds) and count, in order: :meth:`stage_report` prints them."""
+    compiler; :meth:`pick` runs a key's group on first use (every group's grid, refinements and
+    heuristic configs compiled and timed) and answers from memory afterwards. ``stages`` holds each
+    stage's wall time (``clock``, seconds) and count, in order: :meth:`stage_report` prints them.
+
+    Two ways to compile. By default ``compile`` builds every grid job before anything is timed
+    (and the refinements in a second batch). With ``compile_pool`` (a factory of a
+    ``concurrent.futures.Executor``, shut down when the search is done) and ``compile_one`` (one
+    job, run in that pool), the compiles run *alongside* the timing: every job is submitted at once,
+    group by group, and each group is timed as soon as its own candidates are built, its refinements
+    submitted behind the rest, so the GPU times while the CPUs compile."""
 
     keys: Sequence[tuple[str, int, int, int]]
     time: Timer
-    compile: Compiler
+    compile: Compiler | None = None
     top: int = TOP
     clock: Callable[[], float] = _time.perf_counter
+    compile_pool: Callable[[], Any] | None = None
+    compile_one: CompileOne | None = None
     stages: dict[str, Stage] = field(default_factory=dict, init=False)
     _groups: dict[tuple, list[int]] = field(default_factory=dict, init=False)
     _search_m: dict[tuple, int] = field(default_factory=dict, init=False)
@@ -252,6 +270,10 @@ class GridSearch:
     _timed: dict[tuple, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
+        if (self.compile_pool is None) != (self.compile_one is None):
+            raise ValueError("compile_pool and compile_one go together (compiles alongside the timing)")
+        if self.compile is None and self.compile_pool is None:
+            raise ValueError("a GridSearch needs compile, or compile_pool with compile_one")
         for fmt, n, k, m in self.keys:
             self._groups.setdefault((fmt, n, k, bucket_of(m)), []).append(m)
         for group, ms in self._groups.items():
@@ -259,25 +281,39 @@ class GridSearch:
             self._search_m[group] = max(max(bucket), *ms)
             self._spaces[group] = search_space(fmt, self._search_m[group], n, k)
 
+    @property
+    def alongside(self) -> bool:
+        """Whether the compiles run alongside the timing (``compile_pool``)."""
+        return self.compile_pool is not None
+
     def _group_ms(self, group: tuple) -> set[int]:
         return set(self._groups[group]) | {self._search_m[group]}
 
-    def _compile_all(self) -> None:
+    def _grid_jobs(self) -> tuple[dict[tuple, tuple[Config, set[int]]], dict[tuple, list[tuple]]]:
+        """Every group's grid and each M's heuristic config as jobs, in group order: (format, N, K,
+        config key) -> (config, every M it is timed at), and each group's grid job keys."""
         from hlcore.scaled_mm_config import default_scaled_mm_config
 
-        # (fmt, N, K, config) -> (config, every M it is timed at): a config of several groups (the
-        # same tiles at M <= 8 and at 16) is compiled for the Ms of all of them, or its first
-        # timing at another M compiles it in this process, uncounted (~50 s per shape on the H200)
+        # a config of several groups (the same tiles at M <= 8 and at 16) is compiled for the Ms of
+        # all of them, or its first timing at another M compiles it in this process, uncounted
+        # (~50 s per shape on the H200)
         jobs: dict[tuple, tuple[Config, set[int]]] = {}
-        for (fmt, n, k, bucket), space in self._spaces.items():
-            ms = self._group_ms((fmt, n, k, bucket))
+        needs: dict[tuple, list[tuple]] = {}
+        for group, space in self._spaces.items():
+            fmt, n, k, _ = group
+            ms = self._group_ms(group)
             for config in space:
-                jobs.setdefault((fmt, n, k, _key(config)), (config, set()))[1].update(ms)
+                jk = (fmt, n, k, _key(config))
+                jobs.setdefault(jk, (config, set()))[1].update(ms)
+                needs.setdefault(group, []).append(jk)
             for m in ms:  # each M's own heuristic config, timed beside the top ones
                 h = default_scaled_mm_config(m, n, k)
                 jobs.setdefault((fmt, n, k, _key(h)), (h, set()))[1].add(m)
-        with self._stage("compile the grid", len(jobs)):
-            self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
+        return jobs, needs
+
+    @staticmethod
+    def _as_jobs(jobs: dict[tuple, tuple[Config, set[int]]]) -> list[Job]:
+        return [(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()]
 
     @contextlib.contextmanager
     def _stage(self, name: str, count: int) -> Iterator[None]:
@@ -290,54 +326,118 @@ class GridSearch:
             stage.seconds += self.clock() - start
 
     def stage_report(self) -> str:
-        """One line: each stage run so far with its count and wall seconds, and their sum."""
-        parts = [f"{s.name} ({s.count}) {s.seconds:.1f} s" for s in self.stages.values()]
-        total = sum(s.seconds for s in self.stages.values())
+        """One line: each stage run so far with its count and wall seconds, and the sum of those
+        not run alongside the others."""
+        parts = [
+            f"{s.name} ({s.count}{', alongside' if s.alongside else ''}) {s.seconds:.1f} s"
+            for s in self.stages.values()
+        ]
+        total = sum(s.seconds for s in self.stages.values() if not s.alongside)
         return f"grid search: {'; '.join(parts)}; {total:.1f} s in all"
 
-    def _search_all(self) -> None:
-        """Stage 1 (every group's grid) and stage 2 (:data:`REFINEMENTS` and :func:`neighbors` of each
-        group's fastest), each compiled in one batch before it is timed; ``_ranked`` holds each
-        group's finite-time configs, fastest first."""
+    def _variants(self, group: tuple, timed: list[tuple[float, Config]]) -> list[Config]:
+        """The group's stage-2 candidates: :func:`refinements` and :func:`neighbors` of its fastest
+        grid config (none when every grid config failed)."""
         from hlcore.formats import get_format
 
-        self._compile_all()
-        times: dict[tuple, list[tuple[float, Config]]] = {}
-        with self._stage("time the grid", sum(len(s) for s in self._spaces.values())):
-            for group, space in self._spaces.items():
-                fmt, n, k, _ = group
-                times[group] = list(
-                    zip(self.time(fmt, self._search_m[group], n, k, space), space, strict=True)
-                )
-        variants: dict[tuple, list[Config]] = {}
-        for group, timed in times.items():
-            t, best = min(timed, key=lambda x: x[0])
-            seen = {_key(c) for c in self._spaces[group]}
-            blocked = get_format(group[0]).block_size is not None
-            if math.isfinite(t):
-                refined = refinements(best, seen, blocked)
-                seen |= {_key(c) for c in refined}
-                variants[group] = refined + neighbors(best, self._search_m[group], seen)
-            else:
-                variants[group] = []
-        jobs: dict[tuple, tuple[Config, set[int]]] = {}  # as in _compile_all: each once, all its Ms
-        for (fmt, n, k, bucket), vs in variants.items():
-            for v in vs:
-                jobs.setdefault((fmt, n, k, _key(v)), (v, set()))[1].update(
-                    self._group_ms((fmt, n, k, bucket))
-                )
-        if jobs:
-            with self._stage("compile the refinements", len(jobs)):
-                self.compile([(fmt, n, k, tuple(sorted(ms)), c) for (fmt, n, k, _), (c, ms) in jobs.items()])
-        with self._stage("time the refinements", sum(len(vs) for vs in variants.values())):
-            for group, vs in variants.items():
-                fmt, n, k, _ = group
-                if vs:
-                    times[group] += zip(self.time(fmt, self._search_m[group], n, k, vs), vs, strict=True)
+        t, best = min(timed, key=lambda x: x[0])
+        if not math.isfinite(t):
+            return []
+        seen = {_key(c) for c in self._spaces[group]}
+        refined = refinements(best, seen, get_format(group[0]).block_size is not None)
+        seen |= {_key(c) for c in refined}
+        return refined + neighbors(best, self._search_m[group], seen)
+
+    def _time_group(self, stage: str, group: tuple, configs: list[Config]) -> list[tuple[float, Config]]:
+        fmt, n, k, _ = group
+        with self._stage(stage, len(configs)):
+            return list(zip(self.time(fmt, self._search_m[group], n, k, configs), configs, strict=True))
+
+    def _rank(self, times: dict[tuple, list[tuple[float, Config]]]) -> None:
         for group, timed in times.items():
             ranked = sorted(timed, key=lambda x: x[0])
             self._ranked[group] = [c for t, c in ranked if math.isfinite(t)]
             self._timed[group] = len(ranked)
+
+    def _search_all(self) -> None:
+        """Stage 1 (every group's grid) and stage 2 (:data:`REFINEMENTS` and :func:`neighbors` of each
+        group's fastest), each compiled in one batch before it is timed (or alongside the timing:
+        :meth:`_search_all_alongside`); ``_ranked`` holds each group's finite-time configs, fastest
+        first."""
+        if self.alongside:
+            self._search_all_alongside()
+            return
+        jobs, _ = self._grid_jobs()
+        with self._stage("compile the grid", len(jobs)):
+            self.compile(self._as_jobs(jobs))
+        times = {
+            group: self._time_group("time the grid", group, space) for group, space in self._spaces.items()
+        }
+        variants = {group: self._variants(group, timed) for group, timed in times.items()}
+        jobs = {}  # as in _grid_jobs: each once, all its Ms
+        for group, vs in variants.items():
+            fmt, n, k, _ = group
+            for v in vs:
+                jobs.setdefault((fmt, n, k, _key(v)), (v, set()))[1].update(self._group_ms(group))
+        if jobs:
+            with self._stage("compile the refinements", len(jobs)):
+                self.compile(self._as_jobs(jobs))
+        for group, vs in variants.items():
+            if vs:
+                times[group] += self._time_group("time the refinements", group, vs)
+        self._rank(times)
+
+    def _search_all_alongside(self) -> None:
+        """:meth:`_search_all` with every compile submitted to ``compile_pool`` up front and each
+        group timed as soon as its jobs are done: the grids group by group, each M's heuristic
+        config, then each group's refinements as its grid is timed (behind the jobs already queued).
+        Stage ``compile, alongside`` spans the first submit to the last job done; ``wait for the
+        compiles`` is the time the timing waited for them (its count: the waits)."""
+        grid, needs = self._grid_jobs()
+        futures: dict[tuple, list[Any]] = {}
+        have: dict[tuple, set[int]] = {}
+        done_at: list[float] = []
+        pool = self.compile_pool()
+        start = self.clock()
+
+        def submit(jk: tuple, config: Config, ms: set[int]) -> None:
+            missing = sorted(set(ms) - have.setdefault(jk, set()))
+            if missing:  # a config two groups share: the Ms the first one did not compile
+                fut = pool.submit(self.compile_one, (*jk[:3], tuple(missing), config))
+                fut.add_done_callback(lambda _f: done_at.append(self.clock()))
+                futures.setdefault(jk, []).append(fut)
+                have[jk].update(missing)
+
+        def wait_for(jks) -> None:
+            pending = [f for jk in jks for f in futures.get(jk, ()) if not f.done()]
+            with self._stage("wait for the compiles", 1 if pending else 0):
+                for f in [f for jk in jks for f in futures.get(jk, ())]:
+                    f.result()  # a job's own error is its string result; a broken pool raises
+
+        try:
+            for jk, (config, ms) in grid.items():
+                submit(jk, config, ms)
+            times: dict[tuple, list[tuple[float, Config]]] = {}
+            variants: dict[tuple, list[Config]] = {}
+            for group, space in self._spaces.items():
+                wait_for(needs[group])
+                times[group] = self._time_group("time the grid", group, space)
+                variants[group] = self._variants(group, times[group])
+                fmt, n, k, _ = group
+                for v in variants[group]:
+                    submit((fmt, n, k, _key(v)), v, self._group_ms(group))
+            for group, vs in variants.items():
+                if vs:
+                    fmt, n, k, _ = group
+                    wait_for([(fmt, n, k, _key(v)) for v in vs])
+                    times[group] += self._time_group("time the refinements", group, vs)
+            wait_for(list(futures))  # each M's heuristic config, for the checks of each M
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        jobs = sum(len(fs) for fs in futures.values())
+        stage = Stage("compile", jobs, max(done_at, default=start) - start, alongside=True)
+        self.stages = {"compile": stage, **self.stages}
+        self._rank(times)
 
     def pick(self, fmt: str, n: int, k: int, m: int) -> KeyPick:
         """The key's config (see the module docstring)."""
@@ -431,19 +531,59 @@ def use_run_kernel_cache() -> str:
     return os.environ["HL_KERNEL_CACHE_DIR"]
 
 
+def compile_job(job: Job, block_scale_a: str = "row") -> str | None:
+    """Compile (and run once) one grid job in this process, a worker of :func:`compile_pool`:
+    :func:`hltools.bench_compile.run_compile_job` on the current CUDA GPU (Block_FP8 on
+    ``block_scale_a``'s layout, as :func:`gpu_timer`); None, or the error."""
+    from hltools.bench_compile import CompileJob, run_compile_job
+
+    fmt, n, k, ms, config = job
+    return run_compile_job(
+        CompileJob("helion", fmt, n, k, ms, json.dumps(config, sort_keys=True), block_scale_a=block_scale_a)
+    )
+
+
+def compile_pool(workers: int) -> Callable[[], Any]:
+    """A factory of the spawned process pool (``workers`` processes; CUDA needs ``spawn``) that
+    compiles alongside the timing (:class:`GridSearch`'s ``compile_pool``)."""
+
+    def make():
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context("spawn"))
+
+    return make
+
+
 def make_grid_tuner(
-    keys: Sequence[Any], seed: int = 0, block_scale_a: str = "row", compile_workers: int | None = None
+    keys: Sequence[Any],
+    seed: int = 0,
+    block_scale_a: str = "row",
+    compile_workers: int | None = None,
+    alongside: bool = False,
 ) -> Callable:
     """The GPU's grid search over ``keys`` (:class:`hltools.autotune.TuneKey`) as a tuner
-    (:func:`grid_tuner`): :func:`gpu_timer` on the current CUDA GPU, :func:`parallel_compiler` with
-    ``compile_workers`` processes (default one per CPU; a sharded run gives each GPU's worker its
-    share), hlcore's kernel cache on (:func:`use_run_kernel_cache`)."""
+    (:func:`grid_tuner`): :func:`gpu_timer` on the current CUDA GPU, ``compile_workers`` compile
+    processes (default one per CPU; a sharded run gives each GPU's worker its share), hlcore's kernel
+    cache on (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
+    (:func:`parallel_compiler`), or with ``alongside`` while the GPU times the groups already built
+    (:func:`compile_pool`, one CPU fewer: the timing process keeps one)."""
     use_run_kernel_cache()
-    search = GridSearch(
-        [(k.fmt, k.n, k.k, k.m) for k in keys],
-        time=gpu_timer(max(k.m for k in keys), seed, block_scale_a),
-        compile=parallel_compiler(compile_workers, block_scale_a=block_scale_a),
-    )
+    timer = gpu_timer(max(k.m for k in keys), seed, block_scale_a)
+    keys4 = [(k.fmt, k.n, k.k, k.m) for k in keys]
+    if alongside:
+        workers = compile_workers if compile_workers is not None else (os.cpu_count() or 1)
+        search = GridSearch(
+            keys4,
+            time=timer,
+            compile_pool=compile_pool(workers - 1),
+            compile_one=functools.partial(compile_job, block_scale_a=block_scale_a),
+        )
+    else:
+        search = GridSearch(
+            keys4, time=timer, compile=parallel_compiler(compile_workers, block_scale_a=block_scale_a)
+        )
     return grid_tuner(search)
 
 

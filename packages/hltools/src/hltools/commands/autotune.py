@@ -94,6 +94,15 @@ BlockScaleA = Annotated[
         "or tma (vLLM's TMA-aligned column-major, what Helion reads in capture mode; not with --ray)."
     ),
 ]
+CompileAlongside = Annotated[
+    bool,
+    typer.Option(
+        "--compile-alongside/--compile-first",
+        help="Grid search: compile alongside the timing (each group timed as soon as its candidates "
+        "are built, one CPU left to the timing) instead of every candidate first. Not yet measured "
+        "on a GPU against --compile-first (docs/tuning.md).",
+    ),
+]
 Gpu = Annotated[
     str | None,
     typer.Option(
@@ -120,6 +129,7 @@ def autotune(
     gpus: Gpus = None,
     ray: RayAddress = None,
     block_scale_a: BlockScaleA = "auto",
+    compile_alongside: CompileAlongside = False,
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -167,9 +177,27 @@ def autotune(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
         )
     effort = effort or Effort.grid
+    if compile_alongside and effort != Effort.grid:
+        raise typer.BadParameter(
+            f"only with --effort grid (Helion's autotuner compiles its own candidates); got {effort.value}",
+            param_hint="--compile-alongside",
+        )
     if ray is not None:
         _autotune_on_ray(
-            out, ray, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed
+            out,
+            ray,
+            keys,
+            output,
+            gpus,
+            force,
+            budget_minutes,
+            model,
+            fmts,
+            tps,
+            tokens,
+            effort,
+            seed,
+            compile_alongside,
         )
         return
     backend = at.gpu_backend()
@@ -180,7 +208,9 @@ def autotune(
             "none was found. `hltools autotune --list ...` prints the keys without one.",
         )
     output = output if output is not None else _default_output()
-    command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a)
+    command = _resume_command(
+        model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a, compile_alongside
+    )
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
     gpu_ids = _local_gpus(gpus)
@@ -188,7 +218,7 @@ def autotune(
         from hltools import grid_search
 
         tune = grid_search.make_grid_tuner(
-            _keys_to_tune(keys, path, force, block_scale_a), seed, block_scale_a
+            _keys_to_tune(keys, path, force, block_scale_a), seed, block_scale_a, alongside=compile_alongside
         )
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
@@ -196,7 +226,9 @@ def autotune(
     at.apply_benchmark_env()
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
-    options = at.TuneOptions(effort=effort.value, seed=seed, block_scale_a=block_scale_a)
+    options = at.TuneOptions(
+        effort=effort.value, seed=seed, block_scale_a=block_scale_a, compile_alongside=compile_alongside
+    )
     if len(gpu_ids) > 1:
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
     else:
@@ -246,7 +278,7 @@ def _report(out: Console, summary, command: str) -> None:
 
 
 def _resume_command(
-    model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a="row"
+    model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a="row", alongside=False
 ) -> str:
     """The command line that reruns this tuning (without --force: a rerun resumes)."""
     parts = [
@@ -263,6 +295,7 @@ def _resume_command(
     parts += ["--output", str(output)]
     parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
     parts += ["--block-scale-a", block_scale_a]  # explicit: the default follows HL_DISPATCH_AT
+    parts += ["--compile-alongside"] if alongside else []
     return shlex.join(parts)
 
 
@@ -298,7 +331,7 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
 
 
 def _autotune_on_ray(
-    out, address, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed
+    out, address, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed, alongside
 ):
     """``autotune --ray``: the run on the cluster, its table and counts (exit 1 if a key failed)."""
     from hltools import autotune as at
@@ -308,10 +341,12 @@ def _autotune_on_ray(
             "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
         )
     output = output if output is not None else _default_output()
-    command = _resume_command(model, fmts, tps, tokens, effort, seed, output, budget_minutes)
+    command = _resume_command(
+        model, fmts, tps, tokens, effort, seed, output, budget_minutes, alongside=alongside
+    )
     command += f" --ray {shlex.quote(address)}"
     budget = None if budget_minutes is None else budget_minutes * 60
-    options = at.TuneOptions(effort.value, seed)
+    options = at.TuneOptions(effort.value, seed, compile_alongside=alongside)
     _report(out, _tune_on_ray(out, address, keys, output, command, options, force, budget, model), command)
 
 
