@@ -198,3 +198,20 @@ def test_cli_says_when_a_checkpoint_names_no_format(hf_cache, monkeypatch):
     assert "format fp8_dynamic: Qwen/Qwen3-8B-FP8 names no format (--formats chooses)" in result.output
     plain = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list"], env={"COLUMNS": "200"})
     assert plain.exit_code == 0 and "names no format" not in plain.output
+
+
+def test_an_id_naming_an_embedded_model_reads_the_cache_first_else_says_it_uses_the_embedded(hf_cache):
+    """``Org/Name`` whose name is an embedded model's: the cached config.json when there is one (a
+    fine-tune sharing the name is read as it is), else the embedded config with a note; a bare
+    embedded name is silent."""
+    source = ms.resolve_model("Qwen/Qwen3-8B")
+    assert source.config == load_model_config("qwen3-8b") and source.source == "embedded model qwen3-8b"
+    assert source.notes == [
+        "Qwen/Qwen3-8B: not in the Hugging Face cache; using the embedded qwen3-8b config"
+    ]
+    assert ms.resolve_model("qwen3-8b").notes == []
+    config = {**load_model_config("qwen3-8b"), "hidden_size": 2048}
+    hf_cache("someone/Qwen3-8B", config)
+    source = ms.resolve_model("someone/Qwen3-8B")
+    assert source.config["hidden_size"] == 2048 and source.source.startswith("Hugging Face cache (")
+    assert source.notes == []

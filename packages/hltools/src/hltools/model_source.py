@@ -5,12 +5,12 @@ A user names the model they serve, often a quantized checkpoint's Hugging Face i
 :class:`ModelSource`, in this order, without any network access:
 
 1. a path to a ``config.json`` file, or to a directory holding one;
-2. an embedded config (``hltools/models/*.json``) by name, case-insensitive (``qwen3-8b``; an id
-   ``Org/Name`` matches by ``name``);
+2. an embedded config (``hltools/models/*.json``) by name, case-insensitive (``qwen3-8b``);
 3. a Hugging Face id (``org/name``) whose ``config.json`` is in the local Hugging Face cache
    (``huggingface_hub.try_to_load_from_cache``: ``HF_HOME`` / ``HF_HUB_CACHE`` apply; nothing is
-   downloaded);
-4. the id's base model: the last part of the id with the quantization and release words removed
+   downloaded), so a fine-tune that shares an embedded model's name is read as it is;
+4. an id not in the cache whose ``name`` is an embedded model's (``Qwen/Qwen3-8B``), with a note;
+5. the id's base model: the last part of the id with the quantization and release words removed
    (``-FP8-dynamic``, ``-W8A8``, ``-quantized.w8a8``, ``-Instruct``, a ``Meta-`` prefix, ...)
    matched to an embedded config. Only the architecture comes from it; the note says so.
 
@@ -79,21 +79,25 @@ def resolve_model(name_or_path: str | Path) -> ModelSource:
     """
     name = str(name_or_path)
     if Path(name).expanduser().exists():
-        return _source(name, shapes.load_model_config(name_or_path), name, base_match=False)
+        return _source(name, shapes.load_model_config(name_or_path), name)
     embedded = shapes.embedded_name(name)
-    if embedded is not None:
-        config = shapes.load_model_config(embedded)
-        return _source(name, config, f"embedded model {embedded}", base_match=False)
+    if embedded is not None and not _hf_id(name):
+        return _source(name, shapes.load_model_config(embedded), f"embedded model {embedded}")
     if not _hf_id(name):
         raise ValueError(shapes.not_found_message(name))
     cached = _hf_cached_config(name)
     if cached is not None:
-        config = shapes.load_model_config(cached)
-        return _source(name, config, f"Hugging Face cache ({cached})", base_match=False)
+        return _source(name, shapes.load_model_config(cached), f"Hugging Face cache ({cached})")
+    if embedded is not None:
+        note = f"{name}: not in the Hugging Face cache; using the embedded {embedded} config"
+        return _source(name, shapes.load_model_config(embedded), f"embedded model {embedded}", note)
     base = base_model_name(name)
     if base is not None:
-        config = shapes.load_model_config(base)
-        return _source(name, config, f"embedded model {base}", base_match=True)
+        note = (
+            f"{name}: not a path, an embedded name or in the Hugging Face cache; using embedded model "
+            f"{base}'s architecture"
+        )
+        return _source(name, shapes.load_model_config(base), f"embedded model {base}", note)
     raise ValueError(
         f"{shapes.not_found_message(name)}; not in the local Hugging Face cache either, and no embedded "
         "model matches its base name (give a path to its config.json)"
@@ -184,13 +188,9 @@ def format_of_name(name: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _source(name: str, config: dict[str, Any], source: str, *, base_match: bool) -> ModelSource:
-    notes = []
+def _source(name: str, config: dict[str, Any], source: str, note: str | None = None) -> ModelSource:
+    notes = [note] if note else []
     fmt = format_of_config(config)
-    if base_match:
-        notes.append(
-            f"{name}: not a path, an embedded name or in the Hugging Face cache; using {source}'s architecture"
-        )
     if fmt is None:  # said by the command where it uses it (hltools.options.model_formats)
         fmt = format_of_name(name)
     if shapes.is_moe(config):
