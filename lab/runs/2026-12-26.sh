@@ -11,7 +11,9 @@
 #        stage line; then per key whether both picked the same config and the ratio of the picks'
 #        times as each run's check measured them (after its search, no compile running): alongside /
 #        first, geomean and range (timing noise flips near-ties; what matters is that the ratio
-#        stays ~1), and the same ratio of the heuristic config's times (the noise floor)
+#        stays ~1), and the same ratio of the heuristic config's times (the noise floor). The
+#        second run finds the OS file cache warm (imports, the model's files): a few seconds in
+#        its favour, small against the ~100 s the overlap can save
 #   other phases: as in 2026-12-25.sh (GX) and through it 2026-12-24.sh
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   RT_MODEL=m RT_FORMAT=f [GRID_LIMIT=s] LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-26.sh GA
