@@ -409,9 +409,9 @@ class GridSearch:
                 have[jk].update(missing)
 
         def wait_for(jks) -> None:
-            pending = [f for jk in jks for f in futures.get(jk, ()) if not f.done()]
-            with self._stage("wait for the compiles", 1 if pending else 0):
-                for f in [f for jk in jks for f in futures.get(jk, ())]:
+            futs = [f for jk in jks for f in futures.get(jk, ())]
+            with self._stage("wait for the compiles", int(not all(f.done() for f in futs))):
+                for f in futs:
                     f.result()  # a job's own error is its string result; a broken pool raises
 
         try:
@@ -510,13 +510,10 @@ def parallel_compiler(
     processes (default: one per CPU): Triton's cache (and hlcore's kernel cache when
     ``HL_KERNEL_CACHE_DIR`` is set) is warm when the search times the candidates (Block_FP8 on
     ``block_scale_a``'s layout, as :func:`gpu_timer`)."""
-    from hltools.bench_compile import CompileJob, precompile
+    from hltools.bench_compile import precompile
 
-    def compile(jobs: Sequence[tuple[str, int, int, tuple[int, ...], Config]]) -> None:
-        work = [
-            CompileJob("helion", fmt, n, k, ms, json.dumps(c, sort_keys=True), block_scale_a=block_scale_a)
-            for fmt, n, k, ms, c in jobs
-        ]
+    def compile(jobs: Sequence[Job]) -> None:
+        work = [_compile_job(job, block_scale_a) for job in jobs]
         precompile(work, workers if workers is not None else (os.cpu_count() or 1), on_done=on_done)
 
     return compile
@@ -535,11 +532,18 @@ def compile_job(job: Job, block_scale_a: str = "row") -> str | None:
     """Compile (and run once) one grid job in this process, a worker of :func:`compile_pool`:
     :func:`hltools.bench_compile.run_compile_job` on the current CUDA GPU (Block_FP8 on
     ``block_scale_a``'s layout, as :func:`gpu_timer`); None, or the error."""
-    from hltools.bench_compile import CompileJob, run_compile_job
+    from hltools.bench_compile import run_compile_job
+
+    return run_compile_job(_compile_job(job, block_scale_a))
+
+
+def _compile_job(job: Job, block_scale_a: str):
+    """``job`` as :class:`hltools.bench_compile.CompileJob` (a Helion kernel)."""
+    from hltools.bench_compile import CompileJob
 
     fmt, n, k, ms, config = job
-    return run_compile_job(
-        CompileJob("helion", fmt, n, k, ms, json.dumps(config, sort_keys=True), block_scale_a=block_scale_a)
+    return CompileJob(
+        "helion", fmt, n, k, ms, json.dumps(config, sort_keys=True), block_scale_a=block_scale_a
     )
 
 
