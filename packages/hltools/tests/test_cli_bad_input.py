@@ -34,9 +34,13 @@ def invoke(args: list[str]):
 
 
 def _message(result) -> str:
-    """The one line of a bad input's message (exit code 2): typer's error box holds exactly one."""
+    """The one line of a bad input's message (exit code 2): click's ``Error: ...`` line when the help is
+    plain (stdout not a terminal, as under pytest's capture), else the one line of typer's error box."""
     assert result.exit_code == 2, result.output
-    lines = [line.strip("│ ") for line in result.output.splitlines() if line.startswith("│")]
+    lines = [
+        line.removeprefix("Error: ") for line in result.output.splitlines() if line.startswith("Error: ")
+    ]
+    lines = lines or [line.strip("│ ") for line in result.output.splitlines() if line.startswith("│")]
     assert len(lines) == 1, result.output
     return lines[0]
 

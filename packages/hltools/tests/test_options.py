@@ -64,3 +64,32 @@ def test_formats_all_in_bench_kernels_and_autotune(monkeypatch):
         assert shorthand.output == named.output and count in _flat(shorthand.output)
     bad = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list", "--formats", "int4"])
     assert bad.exit_code == 2 and "--formats" in bad.output and "int4" in bad.output
+
+
+def test_help_markup_is_rich_on_a_terminal_and_plain_when_piped(monkeypatch):
+    class Stdout:
+        def __init__(self, tty: bool):
+            self.tty = tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+    monkeypatch.setattr("sys.stdout", Stdout(True))
+    assert options.help_markup() == "markdown"
+    monkeypatch.setattr("sys.stdout", Stdout(False))
+    assert options.help_markup() is None
+
+
+@pytest.mark.parametrize("command", [["autotune"], ["bench", "e2e"], ["configs", "from-bench"]])
+def test_piped_help_is_plain_and_keeps_every_word_at_80_columns(command):
+    """Piped, rich's four-column table left the help column ~20 characters wide and cut words
+    ("HL_MAX_HELION_SI…"); click's plain help wraps each option's help whole under 80 columns."""
+    if app.rich_markup_mode is not None:
+        pytest.skip("stdout was a terminal when hltools.cli was imported (pytest -s): rich help")
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert not [line for line in lines if "…" in line or "│" in line or len(line) > 80], result.output
+    if command == ["autotune"]:
+        assert "HL_MAX_HELION_SIZE" in result.output
+        assert "--compile-alongside / --compile-first" in result.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+from hltools import options as opt
 from hltools.commands import (
     autotune,
     bench_aux_configs,
@@ -24,7 +25,7 @@ app = typer.Typer(
     help="Tools for hl: validate, autotune and bench Helion kernels on a model's shapes.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=opt.help_markup(),
 )
 bench_app = typer.Typer(
     help="Benchmarks: Helion vs vLLM's default kernels per shape (`kernels`), a vLLM engine with and "
@@ -34,7 +35,7 @@ bench_app = typer.Typer(
     "per shape in a saved config sweep (`aux-configs`).",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=opt.help_markup(),
 )
 
 

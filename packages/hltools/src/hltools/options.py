@@ -37,6 +37,17 @@ DEFAULT_NUM_TOKENS = "1,2,4,8,16,24,32"
 DEFAULT_OUTPUT = Path("bench-results")
 
 
+def help_markup() -> str | None:
+    """The ``rich_markup_mode`` of every ``hltools`` app: typer's rich help (boxes, markdown) when stdout
+    is a terminal, click's plain help when it is piped or redirected (``| less``, ``> file``).
+
+    Rich lays options out in four columns and, piped, at 80 columns; the help column is then about 20
+    characters wide and long words are cut. Click's plain layout wraps the help under each option at
+    80 columns, whole.
+    """
+    return "markdown" if sys.stdout.isatty() else None
+
+
 class OutDtype(StrEnum):
     bf16 = "bf16"
     fp16 = "fp16"

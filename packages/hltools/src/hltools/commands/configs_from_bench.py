@@ -17,7 +17,7 @@ configs_app = typer.Typer(
     help="Config files: `from-bench` (a scaled_mm config file from `hltools bench kernels` results).",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="markdown",
+    rich_markup_mode=opt.help_markup(),
 )
 
 
