@@ -145,6 +145,22 @@ def test_cli_ray_option_checks(monkeypatch, tmp_path):
     assert result.exit_code == 2 and "--ray auto: cannot connect to a Ray cluster" in result.output
     assert "Could not find any running Ray instance" in result.output
 
+    class Unstarted:  # --ray local without a GPU: no Ray cluster is started to find none
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @staticmethod
+        def init(address=None, **kw):
+            raise AssertionError("ray.init called on a machine without a GPU")
+
+    monkeypatch.setattr(autotune_ray, "import_ray", lambda: Unstarted)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    result = runner.invoke(
+        app, [*args[:3], "--ray", "local", "--output", str(tmp_path)], env={"COLUMNS": "300"}
+    )
+    assert result.exit_code == 2 and "--ray local: this machine has no CUDA GPU" in result.output
+
     monkeypatch.setattr(autotune_ray, "import_ray", no_ray)
     result = runner.invoke(
         app, ["autotune", "--model", "qwen3-8b", "--ray", "auto", "--output", str(tmp_path)]

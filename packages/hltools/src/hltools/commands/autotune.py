@@ -81,7 +81,7 @@ RayAddress = Annotated[
         help="Tune on the GPUs of a Ray cluster, one task per key on any free GPU (the grid: one per "
         "shard of whole shapes, with the node's CPUs per GPU), each key saved here as it returns (a "
         "stopped run resumes): 'auto' joins this machine's cluster, 'local' starts "
-        "one here, else a cluster address. Needs Ray and hl on every node (pip install "
+        "one here (on this machine's GPUs), else a cluster address. Needs Ray and hl on every node (pip install "
         '"hltools[ray]"), GPUs of one kind; this machine needs no GPU.',
     ),
 ]
