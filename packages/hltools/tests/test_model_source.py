@@ -175,7 +175,9 @@ def test_cli_takes_an_hf_id_and_its_format_offline(hf_cache, monkeypatch):
         app, ["autotune", "--model", "RedHatAI/Qwen3-8B-FP8-dynamic", "--list"], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
-    assert "format fp8_dynamic: from RedHatAI/Qwen3-8B-FP8-dynamic" in result.output
+    # on stderr with the model's notes: stdout keeps the table alone
+    assert "format fp8_dynamic: from RedHatAI/Qwen3-8B-FP8-dynamic" in result.stderr
+    assert "format fp8_dynamic: from" not in result.stdout
     assert "w8a8_int8" not in result.output and "6144" in result.output  # qwen3-8b's qkv N
     explicit = runner.invoke(
         app,
@@ -195,7 +197,7 @@ def test_cli_says_when_a_checkpoint_names_no_format(hf_cache, monkeypatch):
         app, ["autotune", "--model", "Qwen/Qwen3-8B-FP8", "--list"], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
-    assert "format fp8_dynamic: Qwen/Qwen3-8B-FP8 names no format (--formats chooses)" in result.output
+    assert "format fp8_dynamic: Qwen/Qwen3-8B-FP8 names no format (--formats chooses)" in result.stderr
     plain = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list"], env={"COLUMNS": "200"})
     assert plain.exit_code == 0 and "names no format" not in plain.output
 

@@ -198,12 +198,13 @@ def resolve_model(name: str, option: str = "--model", out: Console | None = None
 
 
 def model_formats(
-    formats: str | None, source: ModelSource, out: Console, option: str = "--formats"
+    formats: str | None, source: ModelSource, out: Console | None = None, option: str = "--formats"
 ) -> list[str]:
     """``--formats`` as given, else the model's own format (its ``quantization_config`` or id, said
-    on ``out``), else ``fp8_dynamic``."""
+    on ``out``, stderr by default, beside :func:`resolve_model`'s notes), else ``fp8_dynamic``."""
     if formats is not None:
         return parse_formats(formats, option)
+    out = out or Console(stderr=True)
     if source.fmt is not None:
         out.print(
             f"format {source.fmt}: from {source.name} ({option} overrides)", highlight=False, soft_wrap=True

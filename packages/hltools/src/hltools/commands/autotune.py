@@ -147,7 +147,7 @@ def autotune(
     out = opt.console()
     source = opt.resolve_model(model)
     config = source.config
-    fmts = opt.model_formats(formats, source, out)
+    fmts = opt.model_formats(formats, source)
     tps = opt.parse_ints(tp, "--tp")
     tokens = _num_tokens(num_tokens)
     try:

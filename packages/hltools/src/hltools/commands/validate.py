@@ -58,7 +58,7 @@ def validate(
     except ValueError as exc:
         raise opt.bad_parameter(exc, "--tp") from None
     tokens = opt.parse_ints(num_tokens, "--num-tokens")
-    fmts = opt.model_formats(formats, source, out)
+    fmts = opt.model_formats(formats, source)
     shapes = _only_layers(shapes, layer)
     mode = _run_mode()  # before hltools.validate imports hlcore.scaled_mm (helion, triton)
     from hltools import validate as v
