@@ -134,7 +134,10 @@ def test_hf_id_from_the_local_cache_wins_and_gives_its_format(hf_cache):
 
 
 def test_unknown_hf_id_names_what_was_tried(hf_cache):
-    with pytest.raises(ValueError, match="not in the local Hugging Face cache either"):
+    with pytest.raises(
+        ValueError,
+        match=r"not in the local Hugging Face cache, .*\(hf download mistralai/Mistral-7B-v0\.1 config\.json",
+    ):
         ms.resolve_model("mistralai/Mistral-7B-v0.1")
 
 

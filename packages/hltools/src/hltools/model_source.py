@@ -99,8 +99,9 @@ def resolve_model(name_or_path: str | Path) -> ModelSource:
         )
         return _source(name, shapes.load_model_config(base), f"embedded model {base}", note)
     raise ValueError(
-        f"{shapes.not_found_message(name)}; not in the local Hugging Face cache either, and no embedded "
-        "model matches its base name (give a path to its config.json)"
+        f"unknown model {name!r}: not in the local Hugging Face cache, and no embedded model matches "
+        f"its base name; fetch its config.json (hf download {name} config.json: a few kB, no weights) "
+        f"or give a path to one. Embedded models: {', '.join(shapes.list_models())}"
     )
 
 
