@@ -296,6 +296,12 @@ def test_helion_reads_block_scales_in_the_layout_asked(monkeypatch):
         cand = bench.helion_candidate(layout)
         results = _run(shapes, {"helion": [cand]}, FakeTimer([10.0]))
         assert all(r.ok and r.rel_err < 1e-2 for r in results)
+        # the layout is named on Block_FP8's rows only: the per-token formats have no block scales
+        tag = " (block scale_a tma)" if layout == "tma" else ""
+        assert {(r.format, r.kernel) for r in results} == {
+            ("fp8_dynamic", "helion scaled_mm"),
+            ("block_fp8", "helion scaled_mm" + tag),
+        }
         assert {s for s in strides if s[0]} == {(True, 3, block_stride)}  # [3, 2] groups of K = 256
         assert {s for s in strides if not s[0]} == {(False, 3, (1, 1))}  # per-token [3, 1]
     assert bench.helion_candidate("tma").kernel == "helion scaled_mm (block scale_a tma)"

@@ -55,6 +55,10 @@ def test_kernels_list_needs_no_gpu(no_gpu, dispatch_at):
     assert "24576" in out and "12288" in out and "torch._scaled_mm" not in out
     # --block-scale-a auto (the default): the layout of the default dispatch mode, capture (tma)
     assert "helion scaled_mm (block scale_a tma)" in out
+    per_token = runner.invoke(
+        app, ["bench", "kernels", "--model", "qwen3-8b", "--formats", "w8a8_int8", "--list"]
+    )
+    assert per_token.exit_code == 0 and "block scale_a" not in per_token.output  # no block scales there
 
 
 def test_kernels_block_scale_a_row_with_the_op_design(no_gpu, dispatch_at):

@@ -191,13 +191,23 @@ class Candidate:
     """One kernel a provider may run. ``prepare(inputs)`` does the once-per-(format, N, K) set-up
     (imports, weight re-layout) and returns ``for_m(M) -> [call per weight copy]`` (activation-side
     set-up for M tokens, outside the timed region); either may raise, which skips the candidate.
-    ``formats``: the formats it handles; ``config(M)`` (optional): a label of the config it uses."""
+    ``formats``: the formats it handles; ``config(M)`` (optional): a label of the config it uses;
+    ``block_scale_a``: the Block_FP8 ``scale_a`` layout a Helion candidate reads when not row-major
+    (named in ``kernel``; :meth:`kernel_on` leaves it out of the other formats' rows)."""
 
     provider: str
     kernel: str
     formats: tuple[str, ...]
     prepare: Callable[[GemmInputs], PreparedGemm]
     config: Callable[[GemmInputs, int], str] | None = None
+    block_scale_a: str | None = None
+
+    def kernel_on(self, fmt: str) -> str:
+        """The kernel's name on a ``fmt`` row: ``kernel``, less its Block_FP8 scale_a layout on a
+        format without block scales."""
+        if self.block_scale_a is None or fmt == "block_fp8":
+            return self.kernel
+        return self.kernel.removesuffix(f" (block scale_a {self.block_scale_a})")
 
 
 #: Layouts of Block_FP8's ``scale_a`` the Helion candidate can read (the names config entries record,
@@ -275,9 +285,15 @@ def helion_candidate(layout: str = "row") -> Candidate:
     """Helion's :class:`Candidate`; ``layout``: the Block_FP8 ``scale_a`` layout it reads
     (:data:`BLOCK_SCALE_A_LAYOUTS`; the kernel name says which when not row-major)."""
     check_block_scale_a(layout)
-    name = "helion scaled_mm" + ("" if layout == "row" else f" (block scale_a {layout})")
+    tagged = layout != "row"
+    name = "helion scaled_mm" + (f" (block scale_a {layout})" if tagged else "")
     return Candidate(
-        "helion", name, FORMATS, functools.partial(_helion_prepare, layout=layout), _helion_config
+        "helion",
+        name,
+        FORMATS,
+        functools.partial(_helion_prepare, layout=layout),
+        _helion_config,
+        block_scale_a=layout if tagged else None,
     )
 
 
@@ -415,7 +431,7 @@ def _provider_row(run: _ShapeRun, m: int, ref, provider: str, usable, fields) ->
             reason = f"{type(exc).__name__}: {exc}"
         if reason is None:
             break
-        reasons.append(f"{cand.kernel}: {reason}"[:300])
+        reasons.append(f"{cand.kernel_on(s.fmt)}: {reason}"[:300])
         row.kernel, row.config = "-", ""
         row.median_us = row.p20_us = row.p80_us = row.rel_err = None
     if reasons:
@@ -456,7 +472,7 @@ def _run_candidate(cand: Candidate, run: _ShapeRun, m: int, ref, row: BenchResul
         return f"unavailable ({type(prep).__name__}: {prep})"
     calls = list(prep(m))
     out = calls[0]()
-    row.kernel = cand.kernel
+    row.kernel = cand.kernel_on(row.format)
     row.rel_err = rel_error(out, ref)
     if cand.provider != "helion" and not row.rel_err <= SANITY_REL_ERR:
         return f"wrong result (relative error {row.rel_err:.3g} vs the fp32 reference)"

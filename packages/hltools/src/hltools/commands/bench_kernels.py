@@ -145,7 +145,7 @@ def _points_table(shapes, candidates, tp: int):
     rows = []
     for s in shapes:
         chains = "; ".join(
-            f"{p}: " + " > ".join(c.kernel for c in usable)
+            f"{p}: " + " > ".join(c.kernel_on(s.fmt) for c in usable)
             for p, cs in candidates.items()
             if (usable := supported(cs, s.fmt))
         )
