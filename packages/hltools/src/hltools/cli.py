@@ -44,14 +44,30 @@ def main() -> None:
     """hl tools. Run ``hltools COMMAND --help`` for each command."""
 
 
-app.command()(validate.validate)
-app.command()(autotune.autotune)
-app.add_typer(bench_app, name="bench")
-app.add_typer(configs_app, name="configs")
-bench_app.command()(bench_kernels.kernels)
-bench_app.command()(bench_e2e.e2e)
-bench_app.command()(bench_report.report)
-bench_app.command("merge-e2e")(bench_merge_e2e.merge_e2e)
-bench_app.command()(bench_gap.gap)
-bench_app.command()(bench_compare.compare)
-bench_app.command("aux-configs")(bench_aux_configs.aux_configs)
+# Short summaries for the command lists of `hltools --help` / `hltools bench --help` (click would cut
+# each docstring's first sentence at 45 characters).
+app.command(short_help="Check the Helion GEMM on a model's linear layers (CPU: interpreter).")(
+    validate.validate
+)
+app.command(short_help="Tune the Helion GEMM's configs for a model on this GPU; --list its keys.")(
+    autotune.autotune
+)
+app.add_typer(bench_app, name="bench", short_help="Benchmarks: kernels, e2e, and reports from saved results.")
+app.add_typer(configs_app, name="configs", short_help="Config files from kernel benchmark results.")
+bench_app.command(short_help="Time Helion vs vLLM's kernels per (format, N, K, M) (GPU).")(
+    bench_kernels.kernels
+)
+bench_app.command(short_help="A vLLM engine with and without the plugin: tokens/s, TPOT, TTFT (GPU).")(
+    bench_e2e.e2e
+)
+bench_app.command(short_help="Tables and plots again from saved results.")(bench_report.report)
+bench_app.command("merge-e2e", short_help="Join `bench e2e` results run as separate commands.")(
+    bench_merge_e2e.merge_e2e
+)
+bench_app.command(short_help="Where Helion misses a target speedup over vLLM's kernel, and why.")(
+    bench_gap.gap
+)
+bench_app.command(short_help="Two kernel runs as decode steps: what tuning bought.")(bench_compare.compare)
+bench_app.command("aux-configs", short_help="Aux kernels' generic configs vs a sweep's best per shape.")(
+    bench_aux_configs.aux_configs
+)

@@ -13,7 +13,8 @@ from hltools import options as opt
 Sweep = Annotated[
     Path,
     typer.Argument(
-        help="`sweep_aux_configs.json` (or `.json.gz`) written by `lab/scripts/sweep_aux_configs.py` on a GPU."
+        metavar="SWEEP",
+        help="`sweep_aux_configs.json` (or `.json.gz`) written by `lab/scripts/sweep_aux_configs.py` on a GPU.",
     ),
 ]
 Tolerance = Annotated[

@@ -13,15 +13,17 @@ from hltools import options as opt
 Before = Annotated[
     Path,
     typer.Argument(
-        help="`kernels.json` of the first `bench kernels` run (or its directory), e.g. without tuned configs."
+        metavar="BEFORE",
+        help="`kernels.json` of the first `bench kernels` run (or its directory), e.g. without tuned configs.",
     ),
 ]
 After = Annotated[
     list[Path],
     typer.Argument(
+        metavar="AFTER",
         help="`kernels.json` of the second run (or its directory), e.g. with `HL_CONFIG_DIR` set; "
         "several: separate processes of the same configs (named <after>1, <after>2, ...), each "
-        "summarized, the slower layers taken over their median."
+        "summarized, the slower layers taken over their median.",
     ),
 ]
 Names = Annotated[

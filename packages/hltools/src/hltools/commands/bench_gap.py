@@ -14,8 +14,9 @@ from hltools import options as opt
 Files = Annotated[
     list[Path],
     typer.Argument(
+        metavar="FILES",
         help="`kernels.json` files of `bench kernels` (or their directories; a missing `kernels.json` "
-        "is read from `kernels.json.gz` next to it)."
+        "is read from `kernels.json.gz` next to it).",
     ),
 ]
 Target = Annotated[float, typer.Option(min=1.0, help="Speedup over vLLM's default kernel to reach.")]

@@ -12,7 +12,9 @@ from hltools import options as opt
 
 Files = Annotated[
     list[Path],
-    typer.Argument(help="`e2e-<model>-<format>.json` (or `.json.gz`) files of `bench e2e` runs to join."),
+    typer.Argument(
+        metavar="FILES", help="`e2e-<model>-<format>.json` (or `.json.gz`) files of `bench e2e` runs to join."
+    ),
 ]
 Output = Annotated[Path, typer.Option(help="Directory for the merged result.")]
 Plots = Annotated[bool, typer.Option(help="Draw the PNG.")]

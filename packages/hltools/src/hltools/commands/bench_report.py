@@ -16,7 +16,9 @@ from hltools import options as opt
 #: The default output folder, inside the results folder (git-ignored under lab/results/ and bench-results/).
 REPORT_DIR = "report"
 
-Directory = Annotated[Path, typer.Argument(help="An output directory of `bench kernels` / `bench e2e`.")]
+Directory = Annotated[
+    Path, typer.Argument(metavar="DIR", help="An output directory of `bench kernels` / `bench e2e`.")
+]
 Output = Annotated[
     Path | None,
     typer.Option(
@@ -41,7 +43,7 @@ def report(
 ) -> None:
     """Print the tables and geomeans of saved results and write their markdown and PNGs again (for
     results measured where matplotlib is not installed) into --output, default DIR/report. Reads
-    ``kernels.json`` and ``e2e-*.json``, or their gzipped ``.json.gz`` (as committed under
+    `kernels.json` and `e2e-*.json`, or their gzipped `.json.gz` (as committed under
     lab/results/). Writes nothing into DIR itself, into another results folder or over a committed
     file unless --in-place (exit 2; so does a DIR that does not exist). Exits 1 when the directory
     holds no results or a result file cannot be read."""

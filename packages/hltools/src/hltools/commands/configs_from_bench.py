@@ -28,7 +28,10 @@ def _configs() -> None:
 
 KernelsJson = Annotated[
     list[Path],
-    typer.Argument(help="kernels.json (or .csv, or a folder with kernels.json) of `hltools bench kernels`."),
+    typer.Argument(
+        metavar="KERNELS_JSON",
+        help="kernels.json (or .csv, or a folder with kernels.json) of `hltools bench kernels`.",
+    ),
 ]
 Output = Annotated[
     Path,
@@ -160,4 +163,6 @@ def from_bench(
         console.print(f"measurements of the {len(written)} keys -> {stats_path}", style="green")
 
 
-configs_app.command("from-bench")(from_bench)
+configs_app.command("from-bench", short_help="A scaled_mm config file from `bench kernels` results (CPU).")(
+    from_bench
+)
