@@ -90,3 +90,17 @@ def test_from_dict_ignores_unknown_keys_and_reads_csv_strings():
          "n": "64", "k": "128", "median_us": "", "gbps": "1.5", "ok": "False", "future_field": 1}
     )  # fmt: skip
     assert (r.m, r.n, r.median_us, r.gbps, r.ok) == (2, 64, None, 1.5, False)
+
+
+@pytest.mark.parametrize(
+    ("model", "label"),
+    [
+        ("/tmp/gpu-runs/TU/qwen2.5-7b/config.json", "qwen2.5-7b"),
+        ("./models/mistral-7b", "mistral-7b"),
+        ("~/ckpt/llama/", "llama"),
+        ("qwen3-8b", "qwen3-8b"),
+        ("RedHatAI/Qwen3-8B-FP8-dynamic", "RedHatAI/Qwen3-8B-FP8-dynamic"),
+    ],
+)
+def test_model_label_shows_a_config_path_as_its_folder(model, label):
+    assert kernel_results.model_label(model) == label

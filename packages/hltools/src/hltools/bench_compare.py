@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hltools.bench_configs import HEURISTIC, MARKED_SUFFIX
-from hltools.kernel_results import BenchResult
+from hltools.kernel_results import BenchResult, model_label
 from hltools.results import ResultTable, cell
 
 #: The speed guard's margin (:data:`hlvllm.guard.MARGIN`; a test keeps the two equal).
@@ -215,7 +215,14 @@ def slower_table(rows: Sequence[SlowerLayer], before: str, after: str) -> Result
     columns = ["model", "format", "TP", "M", "layer", f"{before} µs", f"{after} µs", f"{after} vs {before}"]
     columns += ["normalized"]
     out = [
-        [r.model, r.format, f"tp{r.tp}", str(r.m), r.before.layer, f"{r.before.us:.2f} ({r.before.path})"]
+        [
+            model_label(r.model),
+            r.format,
+            f"tp{r.tp}",
+            str(r.m),
+            r.before.layer,
+            f"{r.before.us:.2f} ({r.before.path})",
+        ]
         + [f"{r.after_us:.2f} ({'/'.join(dict.fromkeys(x.path for x in r.after))})"]
         + [cell(r.gain, ".3f"), cell(r.gain_normalized, ".3f")]
         for r in rows
@@ -245,7 +252,7 @@ def step_table(rows: Sequence[StepRow], before: str, after: str) -> ResultTable:
         n = len(r.layers)
         out.append(
             [
-                r.model,
+                model_label(r.model),
                 r.format,
                 f"tp{r.tp}",
                 str(r.m),
@@ -286,7 +293,7 @@ def runs_summary_table(runs: Sequence[tuple[str, Sequence[StepRow]]], before: st
             summed = sum(r.before_us for r in rs) / sum(r.after_us for r in rs)
             out.append(
                 ([name] if several else [])
-                + [model, fmt, f"tp{tp}", str(len(rs))]
+                + [model_label(model), fmt, f"tp{tp}", str(len(rs))]
                 + [cell(x, ".3f") for x in (min(g), statistics.median(g), max(g))]
                 + [cell(x, ".3f") for x in (min(gn), statistics.median(gn), max(gn), summed)]
             )

@@ -98,6 +98,17 @@ class BenchResult:
 FIELDS = [f.name for f in dataclasses.fields(BenchResult)]
 
 
+def model_label(model: str) -> str:
+    """A result's ``model`` as a table shows it: a ``--model`` given as a path (to a config.json or
+    its folder, e.g. on the GPU machine that ran it) shows as that folder's name
+    (``/tmp/runs/qwen2.5-7b/config.json`` -> ``qwen2.5-7b``); an embedded name or HF id as given.
+    The results keep the path (repro commands use it)."""
+    if "/" not in model or not (model.startswith(("/", ".", "~")) or model.endswith(".json")):
+        return model  # an embedded name or an Org/Name id
+    path = Path(model)
+    return (path.parent if path.suffix == ".json" else path).name or model
+
+
 def point(r: BenchResult) -> tuple:
     """The point a result measures: (model, format, layer, N, K, M, TP, out dtype)."""
     return (r.model, r.format, r.layer, r.n, r.k, r.m, r.tp, r.out_dtype)
@@ -208,7 +219,7 @@ def table_rows(results: Sequence[BenchResult]) -> list[dict[str, str]]:
         h, v, t = by.get("helion"), by.get("vllm"), by.get("torch")
         out.append(
             {
-                "model": model,
+                "model": model_label(model),
                 "format": format_,
                 "layer": layer,
                 "N": str(n),
@@ -291,7 +302,9 @@ def summary_markdown(results: Sequence[BenchResult], metadata: Mapping[str, Any]
     notes: dict[tuple[str, str, str], list[str]] = {}  # (format, provider, note) -> points
     for r in results:
         if r.note:
-            notes.setdefault((r.format, r.provider, r.note), []).append(f"{r.model} {r.layer} M={r.m}")
+            notes.setdefault((r.format, r.provider, r.note), []).append(
+                f"{model_label(r.model)} {r.layer} M={r.m}"
+            )
     if notes:
         lines += ["", "## Notes", ""]
         lines += [f"- {f} {prov} ({', '.join(pts)}): {note}" for (f, prov, note), pts in notes.items()]
