@@ -4,6 +4,7 @@ another GPU kind failing its keys, the resume of a rerun, the budget, and the CL
 
 import os
 import sys
+import types
 
 import pytest
 from typer.testing import CliRunner
@@ -131,30 +132,25 @@ def test_cli_ray_option_checks(monkeypatch, tmp_path):
             '--ray needs Ray on this machine and on every node: pip install "hltools[ray]"'
         )
 
-    class NoCluster:
-        @staticmethod
-        def is_initialized():
-            return False
+    def unconnected(error: Exception):
+        """A ``ray`` module not connected to any cluster, whose ``init`` raises ``error``."""
 
-        @staticmethod
         def init(address=None, **kw):
-            raise ConnectionError("Could not find any running Ray instance.")
+            raise error
 
-    monkeypatch.setattr(autotune_ray, "import_ray", lambda: NoCluster)
+        return lambda: types.SimpleNamespace(is_initialized=lambda: False, init=init)
+
+    monkeypatch.setattr(
+        autotune_ray, "import_ray", unconnected(ConnectionError("Could not find any running Ray instance."))
+    )
     result = runner.invoke(app, [*args, "--effort", "grid"], env={"COLUMNS": "300"})
     assert result.exit_code == 2 and "--ray auto: cannot connect to a Ray cluster" in result.output
     assert "Could not find any running Ray instance" in result.output
 
-    class Unstarted:  # --ray local without a GPU: no Ray cluster is started to find none
-        @staticmethod
-        def is_initialized():
-            return False
-
-        @staticmethod
-        def init(address=None, **kw):
-            raise AssertionError("ray.init called on a machine without a GPU")
-
-    monkeypatch.setattr(autotune_ray, "import_ray", lambda: Unstarted)
+    # --ray local without a GPU: no Ray cluster is started to find none
+    monkeypatch.setattr(
+        autotune_ray, "import_ray", unconnected(AssertionError("ray.init called on a machine without a GPU"))
+    )
     monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
     result = runner.invoke(
         app, [*args[:3], "--ray", "local", "--output", str(tmp_path)], env={"COLUMNS": "300"}
