@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hltools import shapes
 from hltools.results import (
     PROVENANCE_FIELDS,
     ResultTable,
@@ -101,12 +102,9 @@ FIELDS = [f.name for f in dataclasses.fields(BenchResult)]
 def model_label(model: str) -> str:
     """A result's ``model`` as a table shows it: a ``--model`` given as a path (to a config.json or
     its folder, e.g. on the GPU machine that ran it) shows as that folder's name
-    (``/tmp/runs/qwen2.5-7b/config.json`` -> ``qwen2.5-7b``); an embedded name or HF id as given.
+    (:func:`hltools.shapes.path_model_name`); an embedded name or HF id as given.
     The results keep the path (repro commands use it)."""
-    if "/" not in model or not (model.startswith(("/", ".", "~")) or model.endswith(".json")):
-        return model  # an embedded name or an Org/Name id
-    path = Path(model)
-    return (path.parent if path.suffix == ".json" else path).name or model
+    return (shapes.path_model_name(model) or model) if shapes.is_path_like(model) else model
 
 
 def point(r: BenchResult) -> tuple:

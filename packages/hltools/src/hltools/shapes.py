@@ -110,23 +110,31 @@ def embedded_name(name: str) -> str | None:
     a path-like name), or None."""
     key = name.strip().lower()
     embedded = _embedded()
-    for candidate in () if _path_like(key) else (key, key.rsplit("/", 1)[-1]):
+    for candidate in () if is_path_like(key) else (key, key.rsplit("/", 1)[-1]):
         if candidate in embedded:
             return candidate
     return None
 
 
-def _path_like(name: str) -> bool:
+def is_path_like(name: str) -> bool:
     """A name that can only be a path (``/``, ``.`` or ``~`` first, or ``.json`` last): one that does
     not exist is an error, never an embedded model of the same last part."""
     return name.startswith(("/", ".", "~")) or name.endswith(".json")
 
 
+def path_model_name(path: str) -> str:
+    """The short name of a model given as a path: its ``config.json``'s folder, another ``.json``
+    file's stem, else the folder's own name (``/runs/qwen2.5-7b/config.json`` -> ``qwen2.5-7b``);
+    empty when the path has none (``config.json`` alone)."""
+    p = Path(path)
+    return p.parent.name if p.name == "config.json" else (p.stem if p.suffix == ".json" else p.name)
+
+
 def not_found_message(name: str) -> str:
-    """Why ``name`` is no model: a path-like one (:func:`_path_like`, or in a folder that exists) does
+    """Why ``name`` is no model: a path-like one (:func:`is_path_like`, or in a folder that exists) does
     not exist; another (a name, ``Org/Name``) is no embedded model either."""
     parent = Path(name).expanduser().parent
-    if _path_like(name) or (parent.name and parent.is_dir()):
+    if is_path_like(name) or (parent.name and parent.is_dir()):
         return f"path {name!r} does not exist"
     names = ", ".join(list_models())
     return f"unknown model {name!r}: no such path, and not an embedded model; embedded models: {names}"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hltools.e2e.settings import DEFAULT_PLUGINS, PLUGINS
+from hltools.shapes import path_model_name
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 MAX_NUM_SEQS = 32
@@ -39,8 +40,7 @@ def e2e_stem(model: str, fmt: str, tensor_parallel_size: int = 1) -> str:
 
 def slug(text: str) -> str:
     """A file-name-safe short name: a config path's folder (or file stem), lower case."""
-    p = Path(text)
-    name = p.parent.name if p.name == "config.json" else (p.name if p.suffix != ".json" else p.stem)
+    name = path_model_name(text)
     return re.sub(r"[^a-z0-9._-]+", "-", (name or text).lower()).strip("-") or "model"
 
 
