@@ -192,22 +192,21 @@ class Candidate:
     (imports, weight re-layout) and returns ``for_m(M) -> [call per weight copy]`` (activation-side
     set-up for M tokens, outside the timed region); either may raise, which skips the candidate.
     ``formats``: the formats it handles; ``config(M)`` (optional): a label of the config it uses;
-    ``block_scale_a``: the Block_FP8 ``scale_a`` layout a Helion candidate reads when not row-major
-    (named in ``kernel``; :meth:`kernel_on` leaves it out of the other formats' rows)."""
+    ``block_tag``: the end of ``kernel`` that names Block_FP8's ``scale_a`` layout (a Helion
+    candidate reading a layout other than row-major); :meth:`kernel_on` leaves it out of the other
+    formats' rows."""
 
     provider: str
     kernel: str
     formats: tuple[str, ...]
     prepare: Callable[[GemmInputs], PreparedGemm]
     config: Callable[[GemmInputs, int], str] | None = None
-    block_scale_a: str | None = None
+    block_tag: str = ""
 
     def kernel_on(self, fmt: str) -> str:
-        """The kernel's name on a ``fmt`` row: ``kernel``, less its Block_FP8 scale_a layout on a
-        format without block scales."""
-        if self.block_scale_a is None or fmt == "block_fp8":
-            return self.kernel
-        return self.kernel.removesuffix(f" (block scale_a {self.block_scale_a})")
+        """The kernel's name on a ``fmt`` row: ``kernel``, less ``block_tag`` on a format without
+        block scales."""
+        return self.kernel if fmt == "block_fp8" else self.kernel.removesuffix(self.block_tag)
 
 
 #: Layouts of Block_FP8's ``scale_a`` the Helion candidate can read (the names config entries record,
@@ -285,15 +284,14 @@ def helion_candidate(layout: str = "row") -> Candidate:
     """Helion's :class:`Candidate`; ``layout``: the Block_FP8 ``scale_a`` layout it reads
     (:data:`BLOCK_SCALE_A_LAYOUTS`; the kernel name says which when not row-major)."""
     check_block_scale_a(layout)
-    tagged = layout != "row"
-    name = "helion scaled_mm" + (f" (block scale_a {layout})" if tagged else "")
+    tag = "" if layout == "row" else f" (block scale_a {layout})"
     return Candidate(
         "helion",
-        name,
+        "helion scaled_mm" + tag,
         FORMATS,
         functools.partial(_helion_prepare, layout=layout),
         _helion_config,
-        block_scale_a=layout if tagged else None,
+        block_tag=tag,
     )
 
 
