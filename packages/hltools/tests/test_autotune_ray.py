@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from hlcore import config_store as cs
 from hlcore.scaled_mm_config import default_scaled_mm_config
 from hltools import autotune as at
-from hltools import autotune_ray
+from hltools import autotune_ray, options
 from hltools.cli import app
 
 # Read when ray is imported: under `uv run` (nox, CI) Ray would otherwise package the checkout and
@@ -151,7 +151,7 @@ def test_cli_ray_option_checks(monkeypatch, tmp_path):
     monkeypatch.setattr(
         autotune_ray, "import_ray", unconnected(AssertionError("ray.init called on a machine without a GPU"))
     )
-    monkeypatch.setattr("torch.cuda.device_count", lambda: 0)
+    monkeypatch.setattr(options, "cuda_device_count", lambda: 0)
     result = runner.invoke(
         app, [*args[:3], "--ray", "local", "--output", str(tmp_path)], env={"COLUMNS": "300"}
     )

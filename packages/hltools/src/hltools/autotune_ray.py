@@ -66,19 +66,8 @@ def import_ray():
 def connect(address: str, **init_kwargs: Any):
     """``ray.init`` for ``--ray ADDRESS`` (``local``: a new one-machine cluster; else the address,
     ``auto`` included), unless this process is connected already; returns the ``ray`` module.
-    :class:`hltools.autotune.AutotuneError` when there is no cluster at the address, or for ``local``
-    on a machine without a CUDA GPU (``torch.cuda.device_count()`` is 0; checked before Ray starts,
-    which takes seconds, unless ``init_kwargs`` gives the cluster ``num_gpus``)."""
+    :class:`hltools.autotune.AutotuneError` when there is no cluster at the address."""
     ray = import_ray()
-    if address == "local" and "num_gpus" not in init_kwargs and not ray.is_initialized():
-        import torch
-
-        if torch.cuda.device_count() == 0:
-            raise at.AutotuneError(
-                "--ray local: this machine has no CUDA GPU (torch.cuda.device_count() is 0), so a local "
-                "Ray cluster would have none to tune on; run it on a GPU machine, or give a cluster's "
-                "address (--ray auto, --ray HOST:PORT)"
-            )
     if not ray.is_initialized():
         try:
             ray.init(address=None if address == "local" else address, **init_kwargs)

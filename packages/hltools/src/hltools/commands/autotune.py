@@ -352,10 +352,18 @@ def _autotune_on_ray(
 
 def _tune_on_ray(out: Console, address, keys, output: Path, command, options, force, budget, model):
     """:func:`hltools.autotune_ray.run_on_ray` on the cluster at ``address``, a status line per key;
-    exit 2 when the run cannot start (no Ray, no GPU in the cluster, another GPU's file)."""
+    exit 2 when the run cannot start (no Ray, no GPU in the cluster or, for ``local``, on this
+    machine, another GPU's file)."""
     from hltools import autotune as at
     from hltools import autotune_ray
 
+    if address == "local" and opt.cuda_device_count() == 0:  # before Ray's seconds of start-up
+        _cannot_start(
+            out,
+            "--ray local: this machine has no CUDA GPU (torch.cuda.device_count() is 0), so a local Ray "
+            "cluster would have none to tune on; run it on a GPU machine, or give a cluster's address "
+            "(--ray auto, --ray HOST:PORT)",
+        )
     try:
         ray = autotune_ray.connect(address)
         gpu_name = autotune_ray.gpu_name_of_cluster(ray)
@@ -382,10 +390,10 @@ def _tune_on_ray(out: Console, address, keys, output: Path, command, options, fo
         _cannot_start(out, exc)
 
 
-def _cannot_start(out: Console, exc: Exception) -> NoReturn:
+def _cannot_start(out: Console, reason: Exception | str) -> NoReturn:
     """A run that cannot start: its reason in red, as written (no rich markup: ``hltools[ray]``,
     paths), and exit 2."""
-    out.print(str(exc), style="bold red", markup=False, highlight=False)
+    out.print(str(reason), style="bold red", markup=False, highlight=False)
     raise typer.Exit(2) from None
 
 
