@@ -215,6 +215,7 @@ def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
 
     def run(num_tokens):
         args = ["autotune", "--model", str(model), "--formats", "fp8_dynamic", "--effort", "grid"]
+        args += ["--compile-first"]  # the default compiles alongside (the next tests)
         return runner.invoke(app, [*args, "--num-tokens", num_tokens, "--output", str(out)])
 
     result = run("1")
@@ -487,9 +488,10 @@ def test_compile_alongside_needs_both_pool_and_job_function():
         gs.GridSearch(KEYS, time=CostModel())
 
 
-def test_cli_compile_alongside_runs_the_pool_search_and_says_so_in_the_resume_command(tmp_path, monkeypatch):
-    """``--compile-alongside``: the CLI's grid search compiles through the pool (the fake one here),
-    every key tuned as with --compile-first, the stage line says so; only with the grid."""
+def test_cli_compiles_alongside_by_default_and_says_so_in_the_resume_command(tmp_path, monkeypatch):
+    """The grid's default, ``--compile-alongside``: the CLI's grid search compiles through the pool
+    (the fake one here), every key tuned as with --compile-first, the stage line says so; the flag
+    only with the grid."""
     tiny = {"hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4, "num_key_value_heads": 4}
     model = tmp_path / "config.json"
     model.write_text(json.dumps({**tiny, "head_dim": 64}))
@@ -508,7 +510,7 @@ def test_cli_compile_alongside_runs_the_pool_search_and_says_so_in_the_resume_co
     monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
     args = ["autotune", "--model", str(model), "--formats", "fp8_dynamic", "--num-tokens", "1,16"]
     args += ["--output", str(tmp_path / "out")]
-    result = runner.invoke(app, [*args, "--compile-alongside"])
+    result = runner.invoke(app, args)  # no flag: alongside
     assert result.exit_code == 1, result.output  # every key fails the (fake) check, after its search
     assert workers == [15]  # one CPU left to the timing process
     assert pool.jobs and pool.shut and timer.calls and timer.uncompiled == []

@@ -95,12 +95,13 @@ BlockScaleA = Annotated[
     ),
 ]
 CompileAlongside = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--compile-alongside/--compile-first",
-        help="Grid search: compile alongside the timing (each group timed as soon as its candidates "
-        "are built, one CPU left to the timing) instead of every candidate first. Not yet measured "
-        "on a GPU against --compile-first (docs/tuning.md).",
+        show_default=False,
+        help="Grid search: compile alongside the timing (the grid's default: each group timed as soon "
+        "as its candidates are built, one CPU left to the timing) or every candidate first; the same "
+        "picks either way (docs/tuning.md). --effort quick/full compile their own candidates.",
     ),
 ]
 Gpu = Annotated[
@@ -129,7 +130,7 @@ def autotune(
     gpus: Gpus = None,
     ray: RayAddress = None,
     block_scale_a: BlockScaleA = "auto",
-    compile_alongside: CompileAlongside = False,
+    compile_alongside: CompileAlongside = None,
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -182,6 +183,7 @@ def autotune(
             f"only with --effort grid (Helion's autotuner compiles its own candidates); got {effort.value}",
             param_hint="--compile-alongside",
         )
+    compile_alongside = effort == Effort.grid if compile_alongside is None else compile_alongside
     if ray is not None:
         _autotune_on_ray(
             out,
@@ -295,7 +297,8 @@ def _resume_command(
     parts += ["--output", str(output)]
     parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
     parts += ["--block-scale-a", block_scale_a]  # explicit: the default follows HL_DISPATCH_AT
-    parts += ["--compile-alongside"] if alongside else []
+    if effort == Effort.grid:
+        parts += ["--compile-alongside" if alongside else "--compile-first"]
     return shlex.join(parts)
 
 
