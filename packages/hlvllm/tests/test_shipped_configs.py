@@ -65,6 +65,7 @@ SPIN_UP_MARKS = [
 #: processes that ran it (configs and marks of those keys).
 RUNS_J = BENCH_DIR / "2026-12-04-j" / "raw"
 RUNS_K = BENCH_DIR / "2026-12-04-k" / "raw"
+RUNS_L = BENCH_DIR / "2026-12-05" / "raw"
 #: In import order (the file's ``_metadata`` lists the latest import first).
 TUNED = {
     "qwen3-4b fp8_dynamic": (
@@ -83,6 +84,11 @@ TUNED = {
     "qwen3-1.7b w8a8_int8": (
         RUNS_K / "RT-qwen3-1.7b-w8a8_int8" / "grid",
         [RUNS_K / "RT-qwen3-1.7b-w8a8_int8" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
+    ),
+    "qwen3-14b fp8_dynamic": (
+        RUNS_K / "RT-qwen3-14b-fp8_dynamic" / "grid",
+        [RUNS_K / "RT-qwen3-14b-fp8_dynamic" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2)]
+        + [RUNS_L / "RT-qwen3-14b-fp8_dynamic" / "kb-tuned3" / "kernels.json"],
     ),
 }
 MARGIN, MIN_PROCESSES = 0.02, 3
