@@ -183,6 +183,23 @@ def test_cli_writes_a_loadable_file_with_fallback_marks(tmp_path, picks, monkeyp
     assert len(cs.read_config_file(path).entries) == 4
 
 
+def test_cli_model_keeps_one_models_rows(tmp_path):
+    """--model ships one model of a benchmark that ran two: the other model's keys are not written,
+    and a name without rows is refused with the names the files hold."""
+    rows = _pair(9.0, 10.0, m=1, model="qwen3-32b", n=10240, k=5120) + _pair(11.0, 10.0, m=1, model="llama-3.1-8b")
+    a = _write_bench(tmp_path / "a.json", rows)
+    out = tmp_path / "out"
+    args = ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN]
+    result = runner.invoke(app, [*args, "--model", "qwen3-32b"])
+    assert result.exit_code == 0, result.output
+    cf = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json")
+    assert set(cf.entries) == {cs.key_id(cs.scaled_mm_key("fp8_dynamic", 10240, 5120, 1))}
+    assert cf.metadata["command"].endswith("--model qwen3-32b")
+    result = runner.invoke(app, [*args, "--model", "mistral-7b"])
+    assert result.exit_code == 2
+    assert "mistral-7b" in result.output and "llama-3.1-8b, qwen3-32b" in " ".join(result.output.split())
+
+
 @pytest.mark.parametrize(
     "meta", [{"gpu": "nvidia_h100", "helion": "1.5.0"}, {"gpu": "nvidia_h200", "helion": "1.4.0"}]
 )

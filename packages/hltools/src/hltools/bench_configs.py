@@ -520,6 +520,21 @@ def read_bench(kernels_json: Sequence[Path]) -> tuple[list, list[dict], list[int
     return results, bench_meta, processes
 
 
+def rows_of_models(results: Sequence, processes: Sequence[int], models: str) -> tuple[list, list[int]]:
+    """The rows (and their process indices) of the comma-separated ``models``;
+    ``typer.BadParameter`` naming the files' models when one of them has no row."""
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    have = sorted({r.model for r in results})
+    missing = [m for m in names if m not in have]
+    if not names or missing:
+        raise typer.BadParameter(
+            f"no rows of {', '.join(missing) or repr(models)} in the benchmark files; they hold: {', '.join(have)}",
+            param_hint="--model",
+        )
+    keep = [i for i, r in enumerate(results) if r.model in names]
+    return [results[i] for i in keep], [processes[i] for i in keep]
+
+
 def merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Console) -> tuple[bool, set]:
     """``(merge, keys already there)`` for writing ``path``; a file of another GPU or helion version
     (or an unreadable one) exits 2 unless ``force`` (then it is started afresh). Sets

@@ -84,6 +84,15 @@ Margin = Annotated[
         "the median over processes (each input file is one process).",
     ),
 ]
+Models = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        metavar="<names>",
+        help="Only the rows of these models (comma-separated, as the benchmark rows name them, e.g. "
+        "`qwen3-32b`): ships one model of a benchmark that ran several. Default: every row.",
+    ),
+]
 MinProcesses = Annotated[
     int,
     typer.Option(
@@ -103,6 +112,7 @@ def from_bench(
     force: Force = False,
     margin: Margin = 0.02,
     min_processes: MinProcesses = 3,
+    model: Models = None,
 ) -> None:
     """Write the scaled_mm config file of the benchmark's GPU from side-by-side kernel results.
 
@@ -118,11 +128,14 @@ def from_bench(
     """
     console = opt.console()
     results, bench_meta, processes = bc.read_bench(kernels_json)
+    if model is not None:
+        results, processes = bc.rows_of_models(results, processes, model)
     command = shlex.join(
         ["hltools", "configs", "from-bench", *map(str, kernels_json), "--output", str(output)]
         + ["--margin", str(margin), "--min-processes", str(min_processes)]
         + (["--stats-output", str(stats_output)] if stats_output is not None else [])
         + (["--config-dir", str(config_dir)] if config_dir is not None else [])
+        + (["--model", model] if model is not None else [])
         + (["--only-new"] if only_new else [])
         + (["--force"] if force else [])
     )
