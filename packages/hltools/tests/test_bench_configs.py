@@ -186,7 +186,9 @@ def test_cli_writes_a_loadable_file_with_fallback_marks(tmp_path, picks, monkeyp
 def test_cli_model_keeps_one_models_rows(tmp_path):
     """--model ships one model of a benchmark that ran two: the other model's keys are not written,
     and a name without rows is refused with the names the files hold."""
-    rows = _pair(9.0, 10.0, m=1, model="qwen3-32b", n=10240, k=5120) + _pair(11.0, 10.0, m=1, model="llama-3.1-8b")
+    rows = _pair(9.0, 10.0, m=1, model="qwen3-32b", n=10240, k=5120) + _pair(
+        11.0, 10.0, m=1, model="llama-3.1-8b"
+    )
     a = _write_bench(tmp_path / "a.json", rows)
     out = tmp_path / "out"
     args = ["configs", "from-bench", str(a), "--output", str(out), *ONE_RUN]
