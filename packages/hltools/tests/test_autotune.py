@@ -683,3 +683,67 @@ def test_untuned_route_agrees_with_hlvllm_routing_on_the_shipped_file(monkeypatc
         smc.clear_scaled_mm_config_cache()
         routing.reset()
     assert all(checked.values()), checked  # each kind of route was met
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU checker's operands: a shape's weight copies drawn once for all its M
+# --------------------------------------------------------------------------------------------
+@pytest.fixture
+def fresh_check_inputs():
+    at._CHECK_INPUTS.clear()
+    yield
+    at._CHECK_INPUTS.clear()
+
+
+def test_check_inputs_draw_a_shapes_copies_once_for_all_m(fresh_check_inputs):
+    from hlcore.scaled_mm import generate_scaled_mm_inputs
+    from hlcore.timing import copies_for
+
+    opts = at.TuneOptions(effort="grid", seed=3)
+    n, k = 256, 128
+    two = at.check_inputs(at.TuneKey("fp8_dynamic", n, k, 2), opts, device="cpu")
+    eight = at.check_inputs(at.TuneKey("fp8_dynamic", n, k, 8), opts, device="cpu")
+    assert len(two) == len(eight) == copies_for(n * k)
+    assert all(x["b"] is y["b"] and x["scale_b"] is y["scale_b"] for x, y in zip(two, eight, strict=True))
+    assert two[0]["a"].shape == (2, k) and eight[0]["a"].shape == (8, k) and two[0]["b"].shape == (k, n)
+    # copy 0 and the activations are the seeded instance of CHECK_MAX_M tokens, first M rows
+    ref = generate_scaled_mm_inputs(at.CHECK_MAX_M, n, k, fmt="fp8_dynamic", seed=3)
+    assert torch.equal(eight[0]["a"].view(torch.uint8), ref["a"][:8].view(torch.uint8))
+    assert torch.equal(eight[0]["scale_a"], ref["scale_a"][:8])
+    assert torch.equal(eight[0]["b"].view(torch.uint8), ref["b"].view(torch.uint8))
+    assert torch.equal(eight[0]["scale_b"], ref["scale_b"])
+    assert not torch.equal(
+        eight[1]["b"].view(torch.uint8), eight[0]["b"].view(torch.uint8)
+    )  # distinct copies
+    # another shape (or seed) replaces them; an M above CHECK_MAX_M draws more rows
+    other = at.check_inputs(at.TuneKey("fp8_dynamic", 128, 256, 1), opts, device="cpu")
+    assert len(at._CHECK_INPUTS) == 1 and other[0]["b"].shape == (256, 128)
+    big = at.check_inputs(at.TuneKey("fp8_dynamic", 128, 256, at.CHECK_MAX_M + 8), opts, device="cpu")
+    assert big[0]["a"].shape == (at.CHECK_MAX_M + 8, 256)
+
+
+def test_check_inputs_block_scale_a_in_the_runs_layout(fresh_check_inputs):
+    row = at.check_inputs(at.TuneKey("block_fp8", 256, 256, 4), at.TuneOptions(), device="cpu")
+    tma = at.check_inputs(
+        at.TuneKey("block_fp8", 256, 256, 4), at.TuneOptions(block_scale_a="tma"), device="cpu"
+    )
+    assert row[0]["block_size"] == (128, 128) and row[0]["scale_a"].shape == (4, 2)
+    assert row[0]["scale_a"].stride() == (2, 1) and tma[0]["scale_a"].stride()[0] == 1  # column-major
+    assert torch.equal(row[0]["scale_a"], tma[0]["scale_a"])
+
+
+def test_check_stage_report_sums_each_stage():
+    at.CHECK_STAGES.clear()
+    try:
+        assert at.check_stage_report() is None
+        synced = []
+        for _ in range(2):
+            with at._check_stage("draw the inputs", lambda: synced.append(1)):
+                pass
+        with pytest.raises(RuntimeError), at._check_stage("reference"):
+            raise RuntimeError("a failed check still counts its time")
+        line = at.check_stage_report()
+        assert line.startswith("check: draw the inputs (2) ") and "; reference (1) " in line
+        assert line.endswith(" s in all") and synced == [1, 1]
+    finally:
+        at.CHECK_STAGES.clear()

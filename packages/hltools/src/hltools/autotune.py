@@ -31,6 +31,7 @@ This module imports torch, helion and vLLM only inside the GPU functions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -598,22 +599,92 @@ def time_vllm_kernel(copies: Sequence[dict[str, Any]], fmt: str, timer: Callable
     return kernel.name, timer([functools.partial(kernel.call, *r) for r in runs]).median_us
 
 
+#: The operands :func:`gpu_checker` drew last: one (format, N, K, seed) at a time, as the grid's timer
+#: keeps its own (a model's keys come shape by shape, so a shape's weight copies are drawn once for
+#: all its M, not once per key).
+_CHECK_INPUTS: dict[tuple, Any] = {}
+#: Activation rows drawn with a shape's weights (more when a key's M is larger).
+CHECK_MAX_M = 32
+#: ``stage -> [count, wall seconds]`` of :func:`gpu_checker` in this process
+#: (:func:`check_stage_report`).
+CHECK_STAGES: dict[str, list[float]] = {}
+
+
+@contextlib.contextmanager
+def _check_stage(name: str, sync: Callable[[], Any] | None = None):
+    """Adds the wall time of the block (after ``sync``, e.g. ``torch.cuda.synchronize``) to
+    :data:`CHECK_STAGES` ``[name]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if sync is not None:
+            sync()
+        stage = CHECK_STAGES.setdefault(name, [0, 0.0])
+        stage[0] += 1
+        stage[1] += time.perf_counter() - start
+
+
+def check_stage_report() -> str | None:
+    """One line: each stage of :func:`gpu_checker` run in this process, with its count and wall
+    seconds; None before the first check."""
+    if not CHECK_STAGES:
+        return None
+    parts = [f"{name} ({int(count)}) {seconds:.1f} s" for name, (count, seconds) in CHECK_STAGES.items()]
+    return f"check: {'; '.join(parts)}; {sum(s for _, s in CHECK_STAGES.values()):.1f} s in all"
+
+
+def check_inputs(key: TuneKey, options: TuneOptions, device: str = "cuda") -> list[dict[str, Any]]:
+    """The operands :func:`gpu_checker` times ``key`` on: one ``generate_scaled_mm_inputs``-style dict
+    (``a``, ``b``, ``scale_a``, ``scale_b``, ``out_dtype``, ``bias`` None, ``block_size``) per weight
+    copy, ``copies_for(N * K)`` copies (more bytes than L2). The copies are
+    :func:`hltools.bench.make_inputs`' for ``(key.fmt, key.n, key.k)`` and ``options.seed`` (copy 0 and
+    the activations: ``generate_scaled_mm_inputs`` of max(``key.m``, :data:`CHECK_MAX_M`) tokens; copies
+    1.. drawn on ``device``), kept for the next key of the same shape; every dict holds the first
+    ``key.m`` rows of the activations (``a [M, K]``, ``scale_a`` in ``options.block_scale_a``'s layout
+    for Block_FP8, :func:`hltools.bench.block_scale_a`)."""
+    from hltools.bench import block_scale_a, make_inputs
+    from hltools.timing import copies_for
+
+    shape = (key.fmt, key.n, key.k, options.seed, str(device))
+    d = _CHECK_INPUTS.get(shape)
+    if d is None or d.a.shape[0] < key.m:
+        _CHECK_INPUTS.clear()  # one shape's copies at a time (GBs for the largest)
+        copies = copies_for(key.n * key.k)
+        d = make_inputs(
+            key.fmt, key.n, key.k, max(key.m, CHECK_MAX_M), copies, device=device, seed=options.seed
+        )
+        _CHECK_INPUTS[shape] = d
+    a = d.a[: key.m]
+    scale_a = block_scale_a(d.scale_a[: key.m], key.fmt, options.block_scale_a)
+    return [
+        {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "out_dtype": d.out_dtype, "bias": None}
+        | {"block_size": d.block_size}
+        for b, scale_b in d.weights
+    ]
+
+
 def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> CheckResult:
     """Check ``config`` against the fp32 reference, then time it, the default config and vLLM's
-    kernel as CUDA-graph replays over weight copies larger than L2; keep the faster Helion config.
-    Helion reads Block_FP8's scale_a in ``options.block_scale_a``'s layout; vLLM's kernel its own."""
+    kernel as CUDA-graph replays over weight copies larger than L2 (:func:`check_inputs`); keep the
+    faster Helion config. Helion reads Block_FP8's scale_a in ``options.block_scale_a``'s layout;
+    vLLM's kernel its own. Each stage's wall time adds to :data:`CHECK_STAGES`."""
+    import torch
+
     from hlcore import scaled_mm as sm
     from hlcore.numerics import rel_error, tolerance
     from hlcore.scaled_mm_config import default_scaled_mm_config
-    from hltools.timing import copies_for, time_graph
+    from hltools.timing import time_graph
 
-    inputs = _inputs(key, options, options.seed)
-    out = sm.scaled_mm(**inputs, config=config)
-    err = rel_error(out, sm.scaled_mm_ref(**inputs))
+    with _check_stage("draw the inputs", torch.cuda.synchronize):
+        copies = check_inputs(key, options)
+    inputs = copies[0]
+    with _check_stage("reference", torch.cuda.synchronize):
+        ref = sm.scaled_mm_ref(**inputs)
+        err = rel_error(sm.scaled_mm(**inputs, config=config), ref)
     tol = tolerance(key.fmt, inputs["out_dtype"])
     if not err <= tol:
         return CheckResult(False, config, rel_err=err, note=f"relative error {err:.3g} > {tol:.1g}")
-    copies = [inputs] + [_inputs(key, options, options.seed + i) for i in range(1, copies_for(key.n * key.k))]
 
     def timed(fn) -> float:
         return time_graph([lambda d=d: fn(d) for d in copies]).median_us
@@ -625,7 +696,8 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
     def time_config(c: dict[str, Any]) -> float:
         ck = json.dumps(c, sort_keys=True)
         if ck not in times:
-            times[ck] = timed(lambda d: sm.scaled_mm(**d, config=c))
+            with _check_stage("time Helion's configs"):
+                times[ck] = timed(lambda d: sm.scaled_mm(**d, config=c))
         return times[ck]
 
     tuned_us, default_us = time_config(config), time_config(default)
@@ -638,7 +710,7 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
         ]
     )
     if name != "tuned":  # the config saved must pass the reference check too
-        other_err = rel_error(sm.scaled_mm(**inputs, config=best), sm.scaled_mm_ref(**inputs))
+        other_err = rel_error(sm.scaled_mm(**inputs, config=best), ref)
         if other_err <= tol:
             err = other_err
         else:
@@ -655,7 +727,8 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
     if name != "tuned":
         result.note = f"{name} config faster than the tuned one ({best_us:.1f} vs {tuned_us:.1f} µs): kept"
     try:
-        result.fallback_name, result.fallback_us = time_vllm_kernel(copies, key.fmt, time_graph)
+        with _check_stage("time vLLM's kernel"):
+            result.fallback_name, result.fallback_us = time_vllm_kernel(copies, key.fmt, time_graph)
         result.fallback = result.slower_than_fallback()
     except Exception as exc:  # no vLLM kernel for this shape: Helion stays, say why
         result.note = (result.note + "; " if result.note else "") + f"fallback timing failed: {exc}"[:200]

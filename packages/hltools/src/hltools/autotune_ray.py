@@ -111,7 +111,8 @@ def _grid_task(
     with ``compile_workers`` compile processes, then each key checked as a single-GPU run checks
     it; every key ``failed`` when the node has no usable GPU or one of another kind. Returns the
     keys' statuses and the search's stage line (:meth:`hltools.grid_search.GridSearch.stage_report`;
-    empty when it did not run)."""
+    empty when it did not run), with the checks' (:func:`hltools.autotune.check_stage_report`) on a
+    second line when they ran."""
     found = backend()
     if found is None or found[0] != gpu_name:
         message = (
@@ -121,6 +122,7 @@ def _grid_task(
         )
         return [at.KeyStatus(key, "failed", message=message) for key in keys], ""
     tune = grid(keys, options, compile_workers)
+    at.CHECK_STAGES.clear()  # a Ray worker process may run several tasks
     statuses = []
     for key in keys:
         start = time.monotonic()
@@ -128,7 +130,8 @@ def _grid_task(
         status.seconds = time.monotonic() - start
         statuses.append(status)
     search = getattr(tune, "search", None)
-    return statuses, search.stage_report() if search is not None and search.stages else ""
+    lines = [search.stage_report() if search is not None and search.stages else "", at.check_stage_report()]
+    return statuses, "\n".join(line for line in lines if line)
 
 
 def cpus_per_gpu(ray) -> int:

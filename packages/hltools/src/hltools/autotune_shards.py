@@ -113,6 +113,8 @@ def _worker(
     search = getattr(tune, "search", None)
     if search is not None and search.stages:
         print(f"[gpu {gpu}] {search.stage_report()}", flush=True)
+    if (checked := at.check_stage_report()) is not None:
+        print(f"[gpu {gpu}] {checked}", flush=True)
     return summary
 
 

@@ -245,6 +245,8 @@ def autotune(
                 markup=False,
                 highlight=False,
             )
+        if (checked := at.check_stage_report()) is not None:
+            out.print(checked, markup=False, highlight=False)
     _report(out, summary, command)
 
 
