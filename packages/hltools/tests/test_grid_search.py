@@ -8,6 +8,8 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from hlcore import config_store as cs
+from hlcore import scaled_mm_config as smc
 from hlcore.scaled_mm_config import check_scaled_mm_config, default_scaled_mm_config
 from hltools import autotune as at
 from hltools import grid_search as gs
@@ -518,3 +520,58 @@ def test_cli_compiles_alongside_by_default_and_says_so_in_the_resume_command(tmp
     assert "--compile-alongside" in result.output.split("rerun the same command")[1]
     result = runner.invoke(app, [*args, "--compile-alongside", "--effort", "quick"])
     assert result.exit_code == 2 and "only with --effort grid" in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# The checks' configs (each key's untuned pick) compiled with the grid, never timed by the search
+# --------------------------------------------------------------------------------------------
+#: A config outside the decode space (2 warps, block_n 32): what a shipped or nearest entry may be.
+OUTSIDE = {"block_sizes": [16, 32, 128], "num_warps": 2, "num_stages": 3, "split_k": 2, "swap_ab": True}
+
+
+def test_extra_configs_are_compiled_at_their_m_first_and_never_timed():
+    timer, compiler = CostModel(), Recorder()
+    extra = {KEYS[0]: [OUTSIDE], KEYS[5]: [OUTSIDE]}  # M = 1 and M = 24
+    search = gs.GridSearch(KEYS, time=timer, compile=compiler, extra=extra)
+    picks = [search.pick(*key) for key in KEYS]
+    first = {_key(c): set(ms) for _, _, _, ms, c in compiler.jobs[0]}
+    assert first[_key(OUTSIDE)] == {1, 24}  # in the first batch, at the keys' Ms only
+    assert all(_key(OUTSIDE) not in keys for *_, keys in timer.calls)
+    plain = gs.GridSearch(KEYS, time=CostModel(), compile=Recorder())
+    assert picks == [plain.pick(*key) for key in KEYS]  # the search itself is unchanged
+
+
+def test_extra_configs_compile_alongside_and_the_search_waits_for_them():
+    pool = FakePool()
+    extra = {KEYS[2]: [OUTSIDE]}
+    search = gs.GridSearch(
+        KEYS,
+        time=CheckedTimer(pool),
+        compile_pool=pool,
+        compile_one=lambda job, i: pool.compile_one(job, i),
+        extra=extra,
+    )
+    search.pick(*KEYS[0])
+    assert (_key(OUTSIDE), 4) in pool.compiled and pool.shut  # built before the first check
+    assert [_key(job[4]) for job in pool.jobs].count(_key(OUTSIDE)) == 1
+
+
+def test_check_configs_are_each_keys_untuned_pick(tmp_path, monkeypatch):
+    """An exact entry of the file in effect is its key's pick; a key without one gets the picker's
+    (here the same shape's entry); no CUDA device and no GPU named: none."""
+    path = cs.config_file_path("scaled_mm", "nvidia_h200", tmp_path)
+    entry = cs.ConfigEntry(cs.scaled_mm_key("fp8_dynamic", 6144, 4096, 1), dict(OUTSIDE))
+    cs.save_config_file(path, [entry], {"gpu": "nvidia_h200", "helion": "1.5.0"})
+    monkeypatch.setenv("HL_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setattr(cs, "installed_helion_version", lambda: "1.5.0")
+    smc.clear_scaled_mm_config_cache()
+    try:
+        keys = [at.TuneKey("fp8_dynamic", 6144, 4096, m) for m in (1, 32)]
+        got = gs.check_configs(keys, gpu="nvidia_h200")
+        assert got[("fp8_dynamic", 6144, 4096, 1)] == [OUTSIDE]
+        untuned = at.untuned_pick(keys[1], at.TuneOptions(), "nvidia_h200")
+        assert got[("fp8_dynamic", 6144, 4096, 32)] == [untuned.config] and len(got) == 2
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+        assert gs.check_configs(keys) == {}
+    finally:
+        smc.clear_scaled_mm_config_cache()

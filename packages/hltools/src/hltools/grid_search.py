@@ -57,7 +57,7 @@ import math
 import os
 import tempfile
 import time as _time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,6 +261,10 @@ class GridSearch:
     clock: Callable[[], float] = _time.perf_counter
     compile_pool: Callable[[], Any] | None = None
     compile_one: CompileOne | None = None
+    #: ``(fmt, n, k, m) -> configs`` the keys' checks time besides the search's picks (each key's
+    #: untuned pick: :func:`check_configs`): compiled at that M with the grid's jobs (so no check
+    #: compiles in the search process), never timed by the search
+    extra: Mapping[tuple[str, int, int, int], Sequence[Config]] = field(default_factory=dict)
     stages: dict[str, Stage] = field(default_factory=dict, init=False)
     _groups: dict[tuple, list[int]] = field(default_factory=dict, init=False)
     _search_m: dict[tuple, int] = field(default_factory=dict, init=False)
@@ -290,8 +294,9 @@ class GridSearch:
         return set(self._groups[group]) | {self._search_m[group]}
 
     def _grid_jobs(self) -> tuple[dict[tuple, tuple[Config, set[int]]], dict[tuple, list[tuple]]]:
-        """Every group's grid and each M's heuristic config as jobs, in group order: (format, N, K,
-        config key) -> (config, every M it is timed at), and each group's grid job keys."""
+        """Every group's grid, each M's heuristic config and its :attr:`extra` configs as jobs, in
+        group order: (format, N, K, config key) -> (config, every M it is timed at), and each group's
+        grid job keys."""
         from hlcore.scaled_mm_config import default_scaled_mm_config
 
         # a config of several groups (the same tiles at M <= 8 and at 16) is compiled for the Ms of
@@ -309,6 +314,8 @@ class GridSearch:
             for m in ms:  # each M's own heuristic config, timed beside the top ones
                 h = default_scaled_mm_config(m, n, k)
                 jobs.setdefault((fmt, n, k, _key(h)), (h, set()))[1].add(m)
+                for c in self.extra.get((fmt, n, k, m), ()):  # what the key's check times too
+                    jobs.setdefault((fmt, n, k, _key(c)), (dict(c), set()))[1].add(m)
         return jobs, needs
 
     @staticmethod
@@ -560,6 +567,24 @@ def compile_pool(workers: int) -> Callable[[], Any]:
     return make
 
 
+def check_configs(
+    keys: Sequence[Any], block_scale_a: str = "row", gpu: str | None = None
+) -> dict[tuple[str, int, int, int], list[Config]]:
+    """``(fmt, n, k, m) -> [config]``: each key's untuned pick on ``gpu`` (None: the current CUDA
+    device's; no CUDA device: none), the config its check times besides the tuned and the default
+    one (:func:`hltools.autotune.untuned_pick`; :class:`GridSearch`'s ``extra``)."""
+    import torch
+
+    from hltools.autotune import TuneOptions, untuned_pick
+
+    if gpu is None:
+        if not torch.cuda.is_available():
+            return {}
+        gpu = torch.cuda.get_device_name()
+    options = TuneOptions(block_scale_a=block_scale_a)
+    return {(k.fmt, k.n, k.k, k.m): [untuned_pick(k, options, gpu).config] for k in keys}
+
+
 def make_grid_tuner(
     keys: Sequence[Any],
     seed: int = 0,
@@ -572,10 +597,12 @@ def make_grid_tuner(
     processes (default one per CPU; a sharded run gives each GPU's worker its share), hlcore's kernel
     cache on (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
     (:func:`parallel_compiler`), or with ``alongside`` while the GPU times the groups already built
-    (:func:`compile_pool`, one CPU fewer: the timing process keeps one)."""
+    (:func:`compile_pool`, one CPU fewer: the timing process keeps one); each key's untuned pick,
+    which its check times, compiled with them (:func:`check_configs`)."""
     use_run_kernel_cache()
     timer = gpu_timer(max(k.m for k in keys), seed, block_scale_a)
     keys4 = [(k.fmt, k.n, k.k, k.m) for k in keys]
+    extra = check_configs(keys, block_scale_a)
     if alongside:
         workers = compile_workers if compile_workers is not None else (os.cpu_count() or 1)
         search = GridSearch(
@@ -583,10 +610,14 @@ def make_grid_tuner(
             time=timer,
             compile_pool=compile_pool(workers - 1),
             compile_one=functools.partial(compile_job, block_scale_a=block_scale_a),
+            extra=extra,
         )
     else:
         search = GridSearch(
-            keys4, time=timer, compile=parallel_compiler(compile_workers, block_scale_a=block_scale_a)
+            keys4,
+            time=timer,
+            compile=parallel_compiler(compile_workers, block_scale_a=block_scale_a),
+            extra=extra,
         )
     return grid_tuner(search)
 
