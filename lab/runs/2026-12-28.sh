@@ -3,7 +3,8 @@
 # Qwen3-32B FP8's grid file (1.006-1.011x the shipped file in three processes), left Llama-3.1-8B's
 # (0.989-1.003x), grid-tuned Qwen3-1.7B Block_FP8 in 208 s and 14 of Qwen3-4B's 28 Block keys, and
 # found the keys' checks were half of each grid run (83-133 s): every key drew its weight copies on
-# the CPU. From 4f6bfab a shape's copies are drawn once for all its M, on the GPU. New phases:
+# the CPU. From 4f6bfab a shape's copies are drawn once for all its M, on the GPU, and from af2b40e
+# each key's untuned pick (timed by its check) is compiled with the grid's jobs. New phases:
 #   CP   lab/scripts/check_inputs_probe.py (the old way's seconds per key against the new way's for
 #        a shape's 7 M; Qwen3-1.7B and Qwen3-32B), then RT_MODEL grid-tuned in RT_FORMAT in a fresh
 #        kernel cache with --gpus 1, as GA's --compile-alongside run (146 s for Qwen3-1.7B FP8,
