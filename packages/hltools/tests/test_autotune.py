@@ -712,9 +712,8 @@ def test_check_inputs_draw_a_shapes_copies_once_for_all_m(fresh_check_inputs):
     assert torch.equal(eight[0]["scale_a"], ref["scale_a"][:8])
     assert torch.equal(eight[0]["b"].view(torch.uint8), ref["b"].view(torch.uint8))
     assert torch.equal(eight[0]["scale_b"], ref["scale_b"])
-    assert not torch.equal(
-        eight[1]["b"].view(torch.uint8), eight[0]["b"].view(torch.uint8)
-    )  # distinct copies
+    copy0, copy1 = (eight[i]["b"].view(torch.uint8) for i in (0, 1))
+    assert not torch.equal(copy0, copy1)  # distinct copies
     # another shape (or seed) replaces them; an M above CHECK_MAX_M draws more rows
     other = at.check_inputs(at.TuneKey("fp8_dynamic", 128, 256, 1), opts, device="cpu")
     assert len(at._CHECK_INPUTS) == 1 and other[0]["b"].shape == (256, 128)

@@ -606,7 +606,8 @@ _CHECK_INPUTS: dict[tuple, Any] = {}
 #: Activation rows drawn with a shape's weights (more when a key's M is larger).
 CHECK_MAX_M = 32
 #: ``stage -> [count, wall seconds]`` of :func:`gpu_checker` in this process
-#: (:func:`check_stage_report`).
+#: (:func:`check_stage_report`; ``hltools.grid_search.Stage`` is not imported here: grid_search
+#: imports this module).
 CHECK_STAGES: dict[str, list[float]] = {}
 
 
@@ -657,11 +658,8 @@ def check_inputs(key: TuneKey, options: TuneOptions, device: str = "cuda") -> li
         _CHECK_INPUTS[shape] = d
     a = d.a[: key.m]
     scale_a = block_scale_a(d.scale_a[: key.m], key.fmt, options.block_scale_a)
-    return [
-        {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "out_dtype": d.out_dtype, "bias": None}
-        | {"block_size": d.block_size}
-        for b, scale_b in d.weights
-    ]
+    common = {"a": a, "scale_a": scale_a, "out_dtype": d.out_dtype, "bias": None, "block_size": d.block_size}
+    return [{**common, "b": b, "scale_b": scale_b} for b, scale_b in d.weights]
 
 
 def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> CheckResult:
