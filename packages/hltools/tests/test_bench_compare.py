@@ -48,6 +48,49 @@ def test_dispatched_follows_the_routing_rules(config, ok, helion_us, vllm_us, pa
     assert (got.path, got.us, got.vllm_us) == (path, us, vllm_us)
 
 
+@pytest.mark.parametrize(
+    ("config", "helion_us", "path", "us"),
+    [
+        ("heuristic {}", 9.75, "helion", 9.75),  # a 2.56 % win: Helion, as HL_UNTUNED_SHAPES=heuristic
+        ("heuristic {}", 9.85, "vllm", 10.0),  # 1.5 %: the guard keeps vLLM's kernel
+        (NEAREST, 9.75, "helion", 9.75),  # the other rules as with nearest
+        (MARKED, 5.0, "vllm", 10.0),
+    ],
+)
+def test_dispatched_with_untuned_shapes_heuristic_guards_the_heuristic_config(config, helion_us, path, us):
+    h, v = _pair("qkv", 1, helion_us, 10.0, config=config)
+    got = c.dispatched(h, v, "heuristic")
+    assert (got.path, got.us) == (path, us)
+    with pytest.raises(ValueError, match="untuned_shapes 'vllm'"):
+        c.dispatched(h, v, "vllm")
+
+
+def test_compare_cli_untuned_shapes_heuristic(tmp_path):
+    """The heuristic run's layers run Helion where they win by 2 %, so its step (and the ratio) changes."""
+    before = [
+        *_pair("qkv", 1, 8.0, 10.0, config="heuristic {}"),
+        *_pair("o", 1, 9.9, 10.0, config="heuristic {}"),
+    ]
+    after = [*_pair("qkv", 1, 7.0, 10.0), *_pair("o", 1, 9.0, 10.0)]
+    paths = []
+    for name, rows in (("b", before), ("a", after)):
+        path = tmp_path / name / "kernels.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"metadata": {}, "results": [r.to_dict() for r in rows]}))
+        paths.append(str(path.parent))
+    md = tmp_path / "c.md"
+    res = runner.invoke(
+        app, ["bench", "compare", *paths, "--untuned-shapes", "heuristic", "--markdown", str(md)]
+    )
+    assert res.exit_code == 0, res.output
+    # before: qkv Helion 8 + o vLLM 10 = 18; after: 7 + 9 = 16
+    assert "1.125" in md.read_text() and "HL_UNTUNED_SHAPES=heuristic" in md.read_text()
+    res = runner.invoke(app, ["bench", "compare", *paths, "--markdown", str(md)])
+    assert res.exit_code == 0 and "1.250" in md.read_text()  # nearest: before 10 + 10 = 20
+    res = runner.invoke(app, ["bench", "compare", *paths, "--untuned-shapes", "vllm"])
+    assert res.exit_code == 2
+
+
 def test_dispatched_without_a_helion_row_and_without_a_vllm_time():
     _, v = _pair("o", 1, 1.0, 7.0)
     assert c.dispatched(None, v).path == "vllm"

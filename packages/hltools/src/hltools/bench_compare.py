@@ -9,7 +9,8 @@ spend on it. That time is the run's Helion time or its vLLM time, by the rules o
 - the Helion row's config came from an exact key of the config file (``exact ...``): Helion, unless
   the key is marked fallback (``exact (marked fallback) ...``), then vLLM's kernel;
 - ``heuristic`` (the file has no entry of the format, or there is no file): vLLM's kernel, as the
-  plugin runs it with the default ``HL_UNTUNED_SHAPES`` (never an unmeasured config);
+  plugin runs it with the default ``HL_UNTUNED_SHAPES`` (never an unmeasured config); with
+  ``untuned_shapes="heuristic"`` (``HL_UNTUNED_SHAPES=heuristic``) the speed guard's rule below;
 - any other source (``nearest``, ``same_shape``, ``default``: the picker reused a config of the
   file): the speed guard's rule, Helion only when its time is at most vLLM's / :data:`GUARD_MARGIN`
   (a 2 % win), else vLLM's kernel. The guard times the shape itself at start-up; this uses the
@@ -35,6 +36,9 @@ from hltools.results import ResultTable, cell
 #: The speed guard's margin (:data:`hlvllm.guard.MARGIN`; a test keeps the two equal).
 GUARD_MARGIN = 1.02
 
+#: ``HL_UNTUNED_SHAPES`` values the comparison can follow (``vllm`` is not modelled).
+UNTUNED_SHAPES = ("nearest", "heuristic")
+
 #: The dispatch rules, as the markdown report states them.
 RULES = (
     "Each layer runs as the plugin would dispatch it, by this run's own times: an exact tuned key runs "
@@ -43,6 +47,10 @@ RULES = (
     f"runs Helion only when its time is at most vLLM's / {GUARD_MARGIN} (the speed guard's rule, not its own "
     "timing); a Helion row that did not run or was out of tolerance runs vLLM's kernel. 'normalized' "
     "divides each step by its own run's vLLM step first."
+)
+#: What the report adds under ``untuned_shapes="heuristic"``.
+RULES_HEURISTIC = (
+    "As with HL_UNTUNED_SHAPES=heuristic, a heuristic config runs Helion by the speed guard's rule too."
 )
 
 
@@ -67,9 +75,12 @@ def runs_helion(exact: bool, marked: bool, helion_us: float | None, vllm_us: flo
     return helion_us is not None and helion_us * GUARD_MARGIN <= vllm_us
 
 
-def dispatched(helion: BenchResult | None, vllm: BenchResult) -> Layer:
-    """The time the plugin would spend on one layer (the rules in the module docstring). Raises
-    ValueError when ``vllm`` has no time."""
+def dispatched(helion: BenchResult | None, vllm: BenchResult, untuned_shapes: str = "nearest") -> Layer:
+    """The time the plugin would spend on one layer (the rules in the module docstring) with
+    ``HL_UNTUNED_SHAPES=untuned_shapes`` (one of :data:`UNTUNED_SHAPES`). Raises ValueError when
+    ``vllm`` has no time or ``untuned_shapes`` is not one of those."""
+    if untuned_shapes not in UNTUNED_SHAPES:
+        raise ValueError(f"untuned_shapes {untuned_shapes!r}: expected one of {UNTUNED_SHAPES}")
     if vllm.median_us is None:
         raise ValueError(f"{vllm.layer} M={vllm.m}: vLLM's row has no time")
     v = vllm.median_us
@@ -78,13 +89,14 @@ def dispatched(helion: BenchResult | None, vllm: BenchResult) -> Layer:
         label = helion.config.partition("{")[0].strip()  # "<source>[ (marked fallback)]"
         source = label.removesuffix(MARKED_SUFFIX)
         exact = source == "exact"
-        use_helion = source != HEURISTIC and runs_helion(
-            exact, label.endswith(MARKED_SUFFIX), helion.median_us, v
-        )
+        untuned = source == HEURISTIC and untuned_shapes != "heuristic"
+        use_helion = not untuned and runs_helion(exact, label.endswith(MARKED_SUFFIX), helion.median_us, v)
     return Layer(vllm.layer, "helion", helion.median_us, v) if use_helion else Layer(vllm.layer, "vllm", v, v)
 
 
-def step_layers(results: Iterable[BenchResult]) -> dict[tuple[str, str, int, int], dict[str, Layer]]:
+def step_layers(
+    results: Iterable[BenchResult], untuned_shapes: str = "nearest"
+) -> dict[tuple[str, str, int, int], dict[str, Layer]]:
     """Per (model, format, TP, M): each layer with a timed vLLM row, as :func:`dispatched` runs it."""
     helion: dict[tuple, BenchResult] = {}
     vllm: dict[tuple, BenchResult] = {}
@@ -96,7 +108,7 @@ def step_layers(results: Iterable[BenchResult]) -> dict[tuple[str, str, int, int
             vllm[key] = r
     steps: dict[tuple[str, str, int, int], dict[str, Layer]] = {}
     for key, v in vllm.items():
-        steps.setdefault(key[:4], {})[key[4]] = dispatched(helion.get(key), v)
+        steps.setdefault(key[:4], {})[key[4]] = dispatched(helion.get(key), v, untuned_shapes)
     return steps
 
 
@@ -127,10 +139,13 @@ class StepRow:
         return (self.before_us / self.vllm_before_us) / (self.after_us / self.vllm_after_us)
 
 
-def compare(before: Iterable[BenchResult], after: Iterable[BenchResult]) -> tuple[list[StepRow], list[str]]:
+def compare(
+    before: Iterable[BenchResult], after: Iterable[BenchResult], untuned_shapes: str = "nearest"
+) -> tuple[list[StepRow], list[str]]:
     """The step rows of the (model, format, TP, M) both runs timed, and notes on what only one run
-    has (a layer or a whole step). Rows sorted by model, format, TP, M."""
-    a, b = step_layers(before), step_layers(after)
+    has (a layer or a whole step). Rows sorted by model, format, TP, M. ``untuned_shapes``: as
+    :func:`dispatched`'s, for both runs."""
+    a, b = step_layers(before, untuned_shapes), step_layers(after, untuned_shapes)
     rows, notes = [], []
     for key in sorted(set(a) | set(b)):
         if key not in a or key not in b:
@@ -194,13 +209,17 @@ class SlowerLayer:
 
 
 def slower_layers(
-    before: Iterable[BenchResult], *after: Iterable[BenchResult], margin: float = SLOWER_MARGIN
+    before: Iterable[BenchResult],
+    *after: Iterable[BenchResult],
+    margin: float = SLOWER_MARGIN,
+    untuned_shapes: str = "nearest",
 ) -> list[SlowerLayer]:
     """The layers all runs timed that the after runs run slower, as dispatched: ``gain`` and
     ``gain_normalized`` (:class:`SlowerLayer`: over the after runs' median) both below
     ``1 / (1 + margin)`` (``hltools autotune`` seeds the heuristic so no key should end worse; this
-    lists where the processes say otherwise). Sorted by the normalized ratio, worst first."""
-    a, bs = step_layers(before), [step_layers(x) for x in after]
+    lists where the processes say otherwise). Sorted by the normalized ratio, worst first.
+    ``untuned_shapes``: as :func:`dispatched`'s, for every run."""
+    a, bs = step_layers(before, untuned_shapes), [step_layers(x, untuned_shapes) for x in after]
     out = []
     for key in sorted(set(a).intersection(*bs)):
         for name in sorted(set(a[key]).intersection(*(b[key] for b in bs))):

@@ -3,6 +3,7 @@ plugin would dispatch it (:mod:`hltools.bench_compare`)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -32,12 +33,37 @@ Names = Annotated[
 Markdown = Annotated[Path | None, typer.Option(help="Also write the tables as markdown here.")]
 
 
-def compare(before: Before, after: After, names: Names = "before,after", markdown: Markdown = None) -> None:
+class UntunedShapes(StrEnum):
+    """``HL_UNTUNED_SHAPES`` values ``bench compare`` can dispatch by (:data:`hltools.bench_compare.UNTUNED_SHAPES`)."""
+
+    nearest = "nearest"
+    heuristic = "heuristic"
+
+
+UntunedShapesOpt = Annotated[
+    UntunedShapes,
+    typer.Option(
+        help="The plugin's HL_UNTUNED_SHAPES both runs are dispatched by: `nearest` (the default): a "
+        "heuristic config (no entry of the format) runs vLLM's kernel; `heuristic`: it runs Helion by the "
+        "speed guard's rule, as the plugin does with HL_UNTUNED_SHAPES=heuristic (e.g. on a GPU without a "
+        "shipped file, what tuning bought over Helion's untuned configs).",
+    ),
+]
+
+
+def compare(
+    before: Before,
+    after: After,
+    names: Names = "before,after",
+    markdown: Markdown = None,
+    untuned_shapes: UntunedShapesOpt = UntunedShapes.nearest,
+) -> None:
     """Decode-step GEMM time of two `bench kernels` runs (for instance the configs an untuned model
     gets, then the file `hltools autotune` wrote, through `HL_CONFIG_DIR`): per (model, format, TP, M),
     the sum over one decoder layer's linear layers of each layer's time as the plugin would run it.
     An exact tuned key runs Helion (vLLM's kernel where it is marked fallback); a heuristic config (the
-    file has no entry of the format) runs vLLM's kernel, as the plugin does by default; a nearest
+    file has no entry of the format) runs vLLM's kernel, as the plugin does by default (Helion by the
+    speed guard's rule with `--untuned-shapes heuristic`); a nearest
     config runs Helion only with a 2 % win over vLLM's kernel in that run (the speed guard's rule).
     Prints the step per M (plain ratio, and normalized by each run's own vLLM step, which cancels the
     drift between two processes; of the first AFTER run), each run against vLLM's kernel, per model and
@@ -68,7 +94,7 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
     per_run = []
     try:
         for name, (_, results) in zip(run_names, runs[1:], strict=True):
-            rows, notes = c.compare(runs[0][1], results)
+            rows, notes = c.compare(runs[0][1], results, untuned_shapes.value)
             per_run.append((name, rows))
             for note in notes:
                 out.print(f"[yellow]{name}: {note}" if len(after) > 1 else f"[yellow]{note}")
@@ -85,7 +111,7 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
         c.step_table(per_run[0][1], labels[0], run_names[0]),
         c.runs_summary_table(per_run, *labels),
     ]
-    slower = c.slower_layers(runs[0][1], *(r for _, r in runs[1:]))
+    slower = c.slower_layers(runs[0][1], *(r for _, r in runs[1:]), untuned_shapes=untuned_shapes.value)
     if slower:
         tables.append(c.slower_table(slower, *labels))
     for t in tables:
@@ -103,7 +129,7 @@ def compare(before: Before, after: After, names: Names = "before,after", markdow
             lines.append(
                 f"- {label}: {provenance_text(meta) or '(no metadata)'}; `{meta.get('command', '?')}`"
             )
-        lines += ["", c.RULES, ""]
+        lines += ["", c.RULES + (" " + c.RULES_HEURISTIC if untuned_shapes == "heuristic" else ""), ""]
         for t in tables:
             lines += [f"## {t.title}", "", *t.markdown(), ""]
         if not slower:
