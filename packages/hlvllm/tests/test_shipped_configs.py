@@ -14,7 +14,9 @@ their configs are those files' entries and their marks come from three benchmark
 ``HL_CONFIG_DIR`` on each grid file (``lab/results/2026-12-04-j/raw/{RC,RT}-*/kb-tuned*``), same
 rule. Dispatch routes a marked key to vLLM's kernel. The measurements behind each key live
 in the stats sidecar beside the benchmark results
-(``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file."""
+(``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file. The H100 SXM
+file (``nvidia_h100_sxm.json``, Qwen3-8B FP8_Dynamic and W8A8_INT8 grid-tuned there) is tested at
+the end the same way."""
 
 import gzip
 import json
@@ -272,3 +274,76 @@ def test_dispatch_falls_back_on_a_losing_key(hl_env):
     finally:
         smc.clear_scaled_mm_config_cache()
         dispatch.reset()
+
+
+#: The H100 file (``configs/scaled_mm/nvidia_h100_sxm.json``): Qwen3-8B's FP8_Dynamic and W8A8_INT8 keys,
+#: grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on the grid file in three
+#: processes per format (``lab/results/2026-12-05-c/raw/RM-<format>-qwen3-8b``); configs and marks
+#: from ``configs from-bench --model qwen3-8b``, same rule as the H200 file's. No Block_FP8 entry: the
+#: plugin runs vLLM's kernel for that format on this GPU.
+H100 = ROOT / "configs" / "scaled_mm" / "nvidia_h100_sxm.json"
+H100_STATS = ROOT / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h100_sxm.stats.json"
+RUNS_H100 = BENCH_DIR / "2026-12-05-c" / "raw"
+H100_TUNED = {
+    fmt: (
+        RUNS_H100 / f"RM-{fmt}-qwen3-8b" / "grid",
+        [RUNS_H100 / f"RM-{fmt}-qwen3-8b" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
+    )
+    for fmt in ("fp8_dynamic", "w8a8_int8")
+}
+
+
+def _by_key(cf) -> dict[tuple, object]:
+    return {(e.key["format"], e.key["n"], e.key["k"], e.key["m"]): e for e in cf.entries.values()}
+
+
+def test_h100_file_holds_its_grid_files_configs_with_the_benchmarks_marks():
+    cf = cs.load_config_file(H100, gpu="nvidia_h100_sxm", helion_version="1.5.0")
+    assert cf is not None, f"{H100} rejected by load_config_file"
+    meta = cf.metadata
+    assert meta["gpu_name"] == "NVIDIA H100 80GB HBM3" and meta["vllm"] == "0.26.0"
+    got = _by_key(cf)
+    want: set[tuple] = set()
+    for fmt, (grid, runs) in H100_TUNED.items():
+        configs = {
+            k: e.config for k, e in _by_key(cs.read_config_file(grid / "scaled_mm" / H100.name)).items()
+        }
+        marks = _marks(runs, "qwen3-8b")
+        assert len(marks) == 28 and {k[0] for k in marks} == {fmt}, fmt
+        for key, mark in marks.items():
+            assert got[key].config == configs[key], key
+            assert got[key].fallback == mark, key
+            assert check_scaled_mm_config(got[key].config) is None, key
+        want |= set(marks)
+    assert set(got) == want
+    # the sidecar: each key's three processes, and its mark their median's
+    smeta, stats = cs.read_stats_file(H100_STATS)
+    assert smeta["config_file"] == str(H100.relative_to(ROOT))
+    assert set(stats) == set(cf.entries)
+    for kid, entry in cf.entries.items():
+        s = stats[kid]
+        assert len(s["process_ratios"]) == 3, kid
+        assert entry.fallback == (statistics.median(s["process_ratios"]) > 1.0 + MARGIN), kid
+
+
+def test_h100_dispatch_runs_the_tuned_keys_and_vllm_for_block_fp8(hl_env):
+    """On "an H100" with the checkout's configs: a Qwen3-8B FP8 key runs Helion as a tuned key; Block_FP8,
+    which the file has no entry of, runs vLLM's kernel."""
+    from hlvllm import routing
+
+    hl_env.delenv("HL_CONFIG_DIR", raising=False)
+    hl_env.setattr(smc, "current_gpu_name", lambda device=None: "nvidia_h100_sxm")
+    hl_env.setattr(cs, "installed_helion_version", lambda: "1.5.0")
+    marks = _marks(H100_TUNED["fp8_dynamic"][1], "qwen3-8b")
+    fmt, n, k, m = next(key for key, mark in sorted(marks.items()) if not mark)
+    smc.clear_scaled_mm_config_cache()
+    routing.reset()
+    try:
+        tuned = routing.decide(fmt, m, n, k)
+        assert tuned.helion and tuned.reason == "tuned key", tuned
+        assert Path(tuned.pick.path).name == H100.name, tuned.pick
+        block = routing.decide("block_fp8", m, n, k)
+        assert not block.helion and block.reason == "no tuned entry of this format", block
+    finally:
+        smc.clear_scaled_mm_config_cache()
+        routing.reset()
