@@ -91,6 +91,13 @@ def test_compare_cli_untuned_shapes_heuristic(tmp_path):
     assert res.exit_code == 2
 
 
+def test_the_commands_choices_are_the_librarys():
+    """The command lists its choices itself (it imports the library lazily): the same values."""
+    from hltools.commands.bench_compare import UntunedShapes
+
+    assert tuple(UntunedShapes) == c.UNTUNED_SHAPES
+
+
 def test_dispatched_without_a_helion_row_and_without_a_vllm_time():
     _, v = _pair("o", 1, 1.0, 7.0)
     assert c.dispatched(None, v).path == "vllm"
