@@ -15,7 +15,7 @@ their configs are those files' entries and their marks come from three benchmark
 rule. Dispatch routes a marked key to vLLM's kernel. The measurements behind each key live
 in the stats sidecar beside the benchmark results
 (``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file. The H100 SXM
-file (``nvidia_h100_sxm.json``, Qwen3-8B FP8_Dynamic and W8A8_INT8 grid-tuned there) is tested at
+file (``nvidia_h100_sxm.json``, Qwen3-8B grid-tuned there in the three formats) is tested at
 the end the same way."""
 
 import gzip
@@ -100,20 +100,20 @@ TUNED = {
 }
 MARGIN, MIN_PROCESSES = 0.02, 3
 
-#: The H100 file (``configs/scaled_mm/nvidia_h100_sxm.json``): Qwen3-8B's FP8_Dynamic and W8A8_INT8 keys,
+#: The H100 file (``configs/scaled_mm/nvidia_h100_sxm.json``): Qwen3-8B's keys in the three formats,
 #: grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on the grid file in three
-#: processes per format (``lab/results/2026-12-05-c/raw/RM-<format>-qwen3-8b``); configs and marks
-#: from ``configs from-bench --model qwen3-8b``, same rule as the H200 file's. No Block_FP8 entry: the
-#: plugin runs vLLM's kernel for that format on this GPU.
+#: processes per format (``lab/results/2026-12-05-c/raw/RM-<format>-qwen3-8b`` for FP8_Dynamic and
+#: W8A8_INT8, ``2026-12-05-d`` for Block_FP8, tuned and benched on vLLM's column-major scale_a, the
+#: capture layout); configs and marks from ``configs from-bench --model qwen3-8b``, same rule as the
+#: H200 file's.
 H100 = ROOT / "configs" / "scaled_mm" / "nvidia_h100_sxm.json"
 H100_STATS = ROOT / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h100_sxm.stats.json"
-RUNS_H100 = BENCH_DIR / "2026-12-05-c" / "raw"
 H100_TUNED = {
     fmt: (
-        RUNS_H100 / f"RM-{fmt}-qwen3-8b" / "grid",
-        [RUNS_H100 / f"RM-{fmt}-qwen3-8b" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
+        BENCH_DIR / day / "raw" / f"RM-{fmt}-qwen3-8b" / "grid",
+        [BENCH_DIR / day / "raw" / f"RM-{fmt}-qwen3-8b" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
     )
-    for fmt in ("fp8_dynamic", "w8a8_int8")
+    for fmt, day in (("fp8_dynamic", "2026-12-05-c"), ("w8a8_int8", "2026-12-05-c"), ("block_fp8", "2026-12-05-d"))
 }
 
 
@@ -311,6 +311,8 @@ def test_h100_file_holds_its_grid_files_configs_with_the_benchmarks_marks():
             assert got[key].config == configs[key], key
             assert got[key].fallback == mark, key
             assert check_scaled_mm_config(got[key].config) is None, key
+            if fmt == "block_fp8":  # tuned and benched on the capture layout
+                assert got[key].block_scale_a == "tma", key
         want |= set(marks)
     assert set(got) == want
     # each key's three processes in the sidecar (its rule: test_stats_sidecar_holds_...[nvidia_h100_sxm])
@@ -318,24 +320,33 @@ def test_h100_file_holds_its_grid_files_configs_with_the_benchmarks_marks():
     assert all(len(stats[kid]["process_ratios"]) == 3 for kid in cf.entries)
 
 
-def test_h100_dispatch_runs_the_tuned_keys_and_vllm_for_block_fp8(hl_env):
-    """On "an H100" with the checkout's configs: a Qwen3-8B FP8 key runs Helion as a tuned key; Block_FP8,
-    which the file has no entry of, runs vLLM's kernel."""
+def test_h100_dispatch_runs_the_tuned_keys_and_their_marks(hl_env):
+    """On "an H100" with the checkout's configs: a Qwen3-8B key Helion won runs Helion as a tuned key, in
+    each format; a Block_FP8 key marked fallback runs vLLM's kernel in capture mode (the layout its marks
+    were measured on), and in the op design (row-major scale_a) the speed guard decides."""
     from hlvllm import routing
+    from hlvllm.settings import get_settings
 
     hl_env.delenv("HL_CONFIG_DIR", raising=False)
     hl_env.setattr(smc, "current_gpu_name", lambda device=None: "nvidia_h100_sxm")
     hl_env.setattr(cs, "installed_helion_version", lambda: "1.5.0")
-    marks = _marks(H100_TUNED["fp8_dynamic"][1], "qwen3-8b")
-    fmt, n, k, m = next(key for key, mark in sorted(marks.items()) if not mark)
     smc.clear_scaled_mm_config_cache()
     routing.reset()
     try:
-        tuned = routing.decide(fmt, m, n, k)
-        assert tuned.helion and tuned.reason == "tuned key", tuned
-        assert Path(tuned.pick.path).name == H100.name, tuned.pick
-        block = routing.decide("block_fp8", m, n, k)
-        assert not block.helion and block.reason == "no tuned entry of this format", block
+        for fmt, (_, runs) in H100_TUNED.items():
+            marks = _marks(runs, "qwen3-8b")
+            fmt, n, k, m = next(key for key, mark in sorted(marks.items()) if not mark)
+            tuned = routing.decide(fmt, m, n, k)
+            assert tuned.helion and tuned.reason == "tuned key", (fmt, tuned)
+            assert Path(tuned.pick.path).name == H100.name, tuned.pick
+        fmt, n, k, m = next(key for key, mark in sorted(marks.items()) if mark)
+        assert fmt == "block_fp8"
+        marked = routing.decide(fmt, m, n, k)
+        assert not marked.helion and "marked fallback" in marked.reason, marked
+        hl_env.setenv("HL_DISPATCH_AT", "op")
+        get_settings.cache_clear()
+        guarded = routing.decide(fmt, m, n, k)
+        assert guarded.helion and guarded.guarded and "measured on tma scale_a" in guarded.reason, guarded
     finally:
         smc.clear_scaled_mm_config_cache()
         routing.reset()
