@@ -113,7 +113,11 @@ H100_TUNED = {
         BENCH_DIR / day / "raw" / f"RM-{fmt}-qwen3-8b" / "grid",
         [BENCH_DIR / day / "raw" / f"RM-{fmt}-qwen3-8b" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
     )
-    for fmt, day in (("fp8_dynamic", "2026-12-05-c"), ("w8a8_int8", "2026-12-05-c"), ("block_fp8", "2026-12-05-d"))
+    for fmt, day in (
+        ("fp8_dynamic", "2026-12-05-c"),
+        ("w8a8_int8", "2026-12-05-c"),
+        ("block_fp8", "2026-12-05-d"),
+    )
 }
 
 
