@@ -101,23 +101,48 @@ TUNED = {
 MARGIN, MIN_PROCESSES = 0.02, 3
 
 #: The H100 file (``configs/scaled_mm/nvidia_h100_sxm.json``): Qwen3-8B's keys in the three formats,
-#: grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on the grid file in three
-#: processes per format (``lab/results/2026-12-05-c/raw/RM-<format>-qwen3-8b`` for FP8_Dynamic and
-#: W8A8_INT8, ``2026-12-05-d`` for Block_FP8, tuned and benched on vLLM's column-major scale_a, the
-#: capture layout); configs and marks from ``configs from-bench --model qwen3-8b``, same rule as the
-#: H200 file's.
+#: then Llama-3.1-8B's and Qwen3-14B's FP8_Dynamic keys, each model grid-tuned on one H100 SXM
+#: (``hltools autotune --effort grid``) and benched on its grid file in three processes
+#: (``lab/results/2026-12-05-c`` .. ``-e``; Block_FP8 tuned and benched on vLLM's column-major
+#: scale_a, the capture layout); configs and marks from ``configs from-bench --model <model>``, same
+#: rule as the H200 file's. The later models were added with ``--only-new``: Llama-3.1-8B's qkv and o
+#: are Qwen3-8B's shapes, whose entries stay.
 H100 = ROOT / "configs" / "scaled_mm" / "nvidia_h100_sxm.json"
 H100_STATS = ROOT / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h100_sxm.stats.json"
+
+
+def _h100_run(day: str, phase: str, name: str) -> Path:
+    return BENCH_DIR / day / "raw" / phase / name
+
+
+#: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added.
 H100_TUNED = {
-    fmt: (
-        BENCH_DIR / day / "raw" / f"RM-{fmt}-qwen3-8b" / "grid",
-        [BENCH_DIR / day / "raw" / f"RM-{fmt}-qwen3-8b" / f"kb-tuned{i}" / "kernels.json" for i in (1, 2, 3)],
-    )
-    for fmt, day in (
-        ("fp8_dynamic", "2026-12-05-c"),
-        ("w8a8_int8", "2026-12-05-c"),
-        ("block_fp8", "2026-12-05-d"),
-    )
+    **{
+        ("qwen3-8b", fmt): (
+            _h100_run(day, f"RM-{fmt}-qwen3-8b", "grid"),
+            [_h100_run(day, f"RM-{fmt}-qwen3-8b", f"kb-tuned{i}") / "kernels.json" for i in (1, 2, 3)],
+        )
+        for fmt, day in (
+            ("fp8_dynamic", "2026-12-05-c"),
+            ("w8a8_int8", "2026-12-05-c"),
+            ("block_fp8", "2026-12-05-d"),
+        )
+    },
+    ("llama-3.1-8b", "fp8_dynamic"): (
+        _h100_run("2026-12-05-c", "RM-fp8_dynamic-llama-3.1-8b", "grid"),
+        [_h100_run("2026-12-05-d", "RM-fp8_dynamic-llama-3.1-8b", "kb-tuned1") / "kernels.json"]
+        + [
+            _h100_run("2026-12-05-e", "RM-fp8_dynamic-llama-3.1-8b", f"kb-tuned{i}") / "kernels.json"
+            for i in (2, 3)
+        ],
+    ),
+    ("qwen3-14b", "fp8_dynamic"): (
+        _h100_run("2026-12-05-e", "CP-fp8_dynamic-qwen3-14b", "grid"),
+        [
+            _h100_run("2026-12-05-e", "RM-fp8_dynamic-qwen3-14b", f"kb-tuned{i}") / "kernels.json"
+            for i in (1, 2, 3)
+        ],
+    ),
 }
 
 
@@ -305,13 +330,15 @@ def test_h100_file_holds_its_grid_files_configs_with_the_benchmarks_marks():
     assert meta["gpu_name"] == "NVIDIA H100 80GB HBM3" and meta["vllm"] == "0.26.0"
     got = _by_key(cf)
     want: set[tuple] = set()
-    for fmt, (grid, runs) in H100_TUNED.items():
+    for (model, fmt), (grid, runs) in H100_TUNED.items():
         configs = {
             k: e.config for k, e in _by_key(cs.read_config_file(grid / "scaled_mm" / H100.name)).items()
         }
-        marks = _marks(runs, "qwen3-8b")
-        assert len(marks) == 28 and {k[0] for k in marks} == {fmt}, fmt
+        marks = _marks(runs, model)
+        assert len(marks) == 28 and {k[0] for k in marks} == {fmt}, (model, fmt)
         for key, mark in marks.items():
+            if key in want:  # an earlier model's entry, kept (--only-new)
+                continue
             assert got[key].config == configs[key], key
             assert got[key].fallback == mark, key
             assert check_scaled_mm_config(got[key].config) is None, key
@@ -337,13 +364,17 @@ def test_h100_dispatch_runs_the_tuned_keys_and_their_marks(hl_env):
     smc.clear_scaled_mm_config_cache()
     routing.reset()
     try:
-        marks = {name: _marks(runs, "qwen3-8b") for name, (_, runs) in H100_TUNED.items()}
+        marks = {
+            (model, fmt): _marks(runs, model)
+            for (model, fmt), (_, runs) in H100_TUNED.items()
+            if model == "qwen3-8b"
+        }
         for name, format_marks in marks.items():
             fmt, n, k, m = next(key for key, mark in sorted(format_marks.items()) if not mark)
             tuned = routing.decide(fmt, m, n, k)
             assert tuned.helion and tuned.reason == "tuned key", (name, tuned)
             assert Path(tuned.pick.path).name == H100.name, tuned.pick
-        fmt, n, k, m = next(key for key, mark in sorted(marks["block_fp8"].items()) if mark)
+        fmt, n, k, m = next(key for key, mark in sorted(marks["qwen3-8b", "block_fp8"].items()) if mark)
         marked = routing.decide(fmt, m, n, k)
         assert not marked.helion and "marked fallback" in marked.reason, marked
         hl_env.setenv("HL_DISPATCH_AT", "op")
