@@ -24,11 +24,12 @@
 #     SEED_GRID=lab/results/2026-12-05-b/raw/RM-block_fp8-qwen3-1.7b_qwen3-4b/grid (LIMIT=200)
 #   BM RT_MODELS=qwen3-4b RT_FORMAT=block_fp8 RB_SHIPPED=1 with what is left
 # On an H100 SXM instead (no H200 lent; 2026-12-05-c and -d ran there; every call names its kind):
-#   part.00..02; part.03 + dist with BM RT_MODELS=llama-3.1-8b RT_FORMAT=fp8_dynamic RB_RUNS="2 3"
-#     GRID=lab/results/2026-12-05-c/raw/RM-fp8_dynamic-llama-3.1-8b/grid KB_LIMIT=100 (LIMIT=200;
-#     its kb-shipped and kb-tuned1 are in lab/results/2026-12-05-d), then GM of the next model
-#     (e.g. RT_MODELS=qwen3-14b, one format per call, KB_SHIPPED=1, DG_JIT_CACHE_DIR=/tmp/dg-jit
-#     for block_fp8) and its BM
+#   part.00..02; part.03 + dist with BM RT_MODELS=qwen3-14b RT_FORMAT=w8a8_int8 RB_RUNS="2 3"
+#     GRID=lab/results/2026-12-05-e/raw/RM-w8a8_int8-qwen3-14b/grid KB_LIMIT=100 (LIMIT=200;
+#     its kb-shipped and kb-tuned1 are in lab/results/2026-12-05-e), then GM of the next slice
+#     (e.g. RT_MODELS=qwen3-14b RT_FORMAT=block_fp8, one format per call, KB_SHIPPED=1,
+#     DG_JIT_CACHE_DIR=/tmp/dg-jit for block_fp8) and its BM; every call planned before the first
+#     (a reply read for more than ~30 s loses the machine)
 # The bundle: PART_MIB=30 in .gpu/make-vllm-bundle.sh (4 parts).
 set -u
 phase=$1
