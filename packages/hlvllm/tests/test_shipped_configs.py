@@ -352,9 +352,10 @@ def test_h100_file_holds_its_grid_files_configs_with_the_benchmarks_marks():
 
 
 def test_h100_dispatch_runs_the_tuned_keys_and_their_marks(hl_env):
-    """On "an H100" with the checkout's configs: a Qwen3-8B key Helion won runs Helion as a tuned key, in
-    each format; a Block_FP8 key marked fallback runs vLLM's kernel in capture mode (the layout its marks
-    were measured on), and in the op design (row-major scale_a) the speed guard decides."""
+    """On "an H100" with the checkout's configs: a key Helion won runs Helion as a tuned key, for each
+    model and format the file was tuned for; a Qwen3-8B Block_FP8 key marked fallback runs vLLM's
+    kernel in capture mode (the layout its marks were measured on), and in the op design (row-major
+    scale_a) the speed guard decides."""
     from hlvllm import routing
     from hlvllm.settings import get_settings
 
@@ -364,13 +365,14 @@ def test_h100_dispatch_runs_the_tuned_keys_and_their_marks(hl_env):
     smc.clear_scaled_mm_config_cache()
     routing.reset()
     try:
-        marks = {
-            (model, fmt): _marks(runs, model)
-            for (model, fmt), (_, runs) in H100_TUNED.items()
-            if model == "qwen3-8b"
-        }
-        for name, format_marks in marks.items():
-            fmt, n, k, m = next(key for key, mark in sorted(format_marks.items()) if not mark)
+        marks = {(model, fmt): _marks(runs, model) for (model, fmt), (_, runs) in H100_TUNED.items()}
+        claimed: set[tuple] = set()
+        for name, model_marks in marks.items():
+            # the model's own keys (an earlier model's entries were kept, --only-new)
+            fmt, n, k, m = next(
+                key for key, mark in sorted(model_marks.items()) if not mark and key not in claimed
+            )
+            claimed |= set(model_marks)
             tuned = routing.decide(fmt, m, n, k)
             assert tuned.helion and tuned.reason == "tuned key", (name, tuned)
             assert Path(tuned.pick.path).name == H100.name, tuned.pick
