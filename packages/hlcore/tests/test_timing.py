@@ -93,3 +93,32 @@ def test_time_graph_spins_up_an_idle_gpu_only(fake_cuda):
     clock[0] += timing.IDLE_S + 1.0  # the GPU left idle (a precompile) before the next timing
     timing.time_graph(calls, repeats=5, warmup=3)
     assert log.count("replay") >= 3 + 8 * 100 + 5
+
+
+def test_steadiest_takes_a_disturbed_timing_again_and_keeps_the_narrowest():
+    def timer_of(*timings):
+        it = iter(timings)
+        seen = []
+
+        def timer(calls):
+            seen.append(calls)
+            return next(it)
+
+        return timer, seen
+
+    steady = timing.Timing(10.0, 9.95, 10.1)
+    timer, seen = timer_of(steady)
+    assert timing.steadiest(timer, ["c"]) == (steady, 1) and seen == [["c"]]
+    # disturbed (spread 1.097), then steady: the second is kept
+    disturbed, calm = timing.Timing(45.8, 43.5, 47.7), timing.Timing(34.7, 34.6, 35.1)
+    timer, seen = timer_of(disturbed, calm)
+    assert timing.steadiest(timer, ["c"]) == (calm, 2) and len(seen) == 2
+    # disturbed every time: 1 + RETIME_TRIES timings, the narrowest kept
+    wide = [timing.Timing(50.0, 40.0, 60.0), timing.Timing(40.0, 38.0, 44.0), timing.Timing(55.0, 40.0, 70.0)]
+    assert timing.RETIME_TRIES == 2
+    timer, seen = timer_of(*wide)
+    assert timing.steadiest(timer, ["c"]) == (wide[1], 3) and len(seen) == 3
+    # the threshold is a parameter; p20 of 0 counts as disturbed
+    assert timing.steadiest(timer_of(disturbed)[0], [], max_spread=1.2) == (disturbed, 1)
+    assert timing.spread(timing.Timing(1.0, 0.0, 2.0)) == float("inf")
+    assert timing.spread(calm) == pytest.approx(35.1 / 34.6)

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from hlcore import timing
 from hlcore.scaled_mm_config import default_scaled_mm_config
 from hltools import bench, kernel_results
 from hltools.bench import BenchShape, Candidate
@@ -249,13 +250,13 @@ def test_a_disturbed_timing_is_timed_again_and_the_steadiest_kept():
         return next(timings)
 
     results = _run([shape], {"helion": [fake_helion]}, timer)
-    assert len(calls) == 2 + 1 + (1 + bench.RETIME_TRIES) == 6  # M = 1, 2, 3
+    assert len(calls) == 2 + 1 + (1 + timing.RETIME_TRIES) == 6  # M = 1, 2, 3
     assert [(r.m, r.median_us, r.p20_us, r.p80_us) for r in results] == [
         (1, 34.7, 34.6, 35.1),
         (2, 35.0, 34.8, 35.3),
         (3, 40.0, 38.0, 44.0),
     ]
-    assert results[0].note == f"timed 2 times (p80/p20 above {bench.RETIME_SPREAD}): kept the steadiest"
+    assert results[0].note == f"timed 2 times (p80/p20 above {timing.RETIME_SPREAD}): kept the steadiest"
     assert results[1].note == ""
     assert results[2].note.startswith("timed 3 times") and "all disturbed" in results[2].note
     assert all(r.ok for r in results)

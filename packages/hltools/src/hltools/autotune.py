@@ -666,13 +666,19 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
     """Check ``config`` against the fp32 reference, then time it, the default config and vLLM's
     kernel as CUDA-graph replays over weight copies larger than L2 (:func:`check_inputs`); keep the
     faster Helion config. Helion reads Block_FP8's scale_a in ``options.block_scale_a``'s layout;
-    vLLM's kernel its own. Each stage's wall time adds to :data:`CHECK_STAGES`."""
+    vLLM's kernel its own. A disturbed timing (p80 / p20 above :data:`hlcore.timing.RETIME_SPREAD`)
+    is taken again and the steadiest kept (:func:`hlcore.timing.steadiest`), as ``bench kernels``
+    does. Each stage's wall time adds to :data:`CHECK_STAGES`."""
     import torch
 
     from hlcore import scaled_mm as sm
     from hlcore.numerics import rel_error, tolerance
     from hlcore.scaled_mm_config import default_scaled_mm_config
+    from hlcore.timing import steadiest
     from hltools.timing import time_graph
+
+    def steady_timer(calls):
+        return steadiest(time_graph, calls)[0]
 
     with _check_stage("draw the inputs", torch.cuda.synchronize):
         copies = check_inputs(key, options)
@@ -685,7 +691,7 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
         return CheckResult(False, config, rel_err=err, note=f"relative error {err:.3g} > {tol:.1g}")
 
     def timed(fn) -> float:
-        return time_graph([lambda d=d: fn(d) for d in copies]).median_us
+        return steady_timer([lambda d=d: fn(d) for d in copies]).median_us
 
     default = default_scaled_mm_config(key.m, key.n, key.k)
     untuned = untuned_pick(key, options)
@@ -726,7 +732,7 @@ def gpu_checker(key: TuneKey, config: dict[str, Any], options: TuneOptions) -> C
         result.note = f"{name} config faster than the tuned one ({best_us:.1f} vs {tuned_us:.1f} µs): kept"
     try:
         with _check_stage("time vLLM's kernel"):
-            result.fallback_name, result.fallback_us = time_vllm_kernel(copies, key.fmt, time_graph)
+            result.fallback_name, result.fallback_us = time_vllm_kernel(copies, key.fmt, steady_timer)
         result.fallback = result.slower_than_fallback()
     except Exception as exc:  # no vLLM kernel for this shape: Helion stays, say why
         result.note = (result.note + "; " if result.note else "") + f"fallback timing failed: {exc}"[:200]

@@ -22,8 +22,8 @@ Method (:func:`hltools.timing.time_graph`): a CUDA graph of one call per weight 
 ``copies_for(N * K)`` distinct random weights (more bytes than 4 x the 60 MB L2, so each call reads
 its weight from HBM), warm-up replays, then the median (and 20th/80th percentiles) of ``repeats``
 timed replays divided by the number of calls. A timing whose p80 / p20 exceeds
-:data:`RETIME_SPREAD` (a disturbed one: the rows of three processes spread 1.2 % in the median, 3.4 %
-at the 99th percentile) is timed again, up to :data:`RETIME_TRIES` times, and the row keeps the
+:data:`hlcore.timing.RETIME_SPREAD` (a disturbed one) is timed again, up to
+:data:`hlcore.timing.RETIME_TRIES` times (:func:`hlcore.timing.steadiest`), and the row keeps the
 timing with the narrowest spread and says so in its ``note``. Weights are random normal values
 quantized per format (never zeros). GB/s counts the fewest bytes a call must move (:func:`gemm_bytes`); % of roofline
 divides it by the measured device copy bandwidth.
@@ -54,9 +54,6 @@ from hltools.shapes import linear_shapes
 
 BLOCK_CANDIDATES = providers.BLOCK_ORDER  # vLLM 0.26's CUDA order (FlashInfer aside)
 SANITY_REL_ERR = 0.1  # a baseline further than this from the fp32 reference is treated as broken
-#: A timing whose p80 / p20 is above this is timed again (at most RETIME_TRIES more times).
-RETIME_SPREAD = 1.05
-RETIME_TRIES = 2
 
 #: The reader of the results (:mod:`hltools.kernel_results`), where ``hltools.bench_configs`` finds it.
 read_results = kernel_results.read_results
@@ -487,27 +484,18 @@ def _run_candidate(cand: Candidate, run: _ShapeRun, m: int, ref, row: BenchResul
     return None
 
 
-def _spread(t) -> float:
-    return t.p80_us / t.p20_us if t.p20_us > 0 else float("inf")
-
-
 def _steady_timing(timer: Timer, calls: Sequence[GemmCall], row: BenchResult):
-    """``timer(calls)``, timed again while its p80 / p20 exceeds :data:`RETIME_SPREAD` (at most
-    :data:`RETIME_TRIES` more times); the timing with the narrowest spread, and a note on ``row``
-    when more than one was taken."""
-    timings = [timer(calls)]
-    while _spread(timings[-1]) > RETIME_SPREAD and len(timings) <= RETIME_TRIES:
-        timings.append(timer(calls))
-    if len(timings) > 1:
-        best = min(timings, key=_spread)
-        state = (
-            "kept the steadiest" if _spread(best) <= RETIME_SPREAD else "all disturbed, kept the steadiest"
-        )
+    """:func:`hlcore.timing.steadiest` of ``timer`` over ``calls``, with a note on ``row`` when
+    more than one timing was taken."""
+    from hlcore.timing import RETIME_SPREAD, spread, steadiest
+
+    t, taken = steadiest(timer, calls)
+    if taken > 1:
+        state = "kept the steadiest" if spread(t) <= RETIME_SPREAD else "all disturbed, kept the steadiest"
         row.note = (row.note + "; " if row.note else "") + (
-            f"timed {len(timings)} times (p80/p20 above {RETIME_SPREAD}): {state}"
+            f"timed {taken} times (p80/p20 above {RETIME_SPREAD}): {state}"
         )
-        return best
-    return timings[0]
+    return t
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
