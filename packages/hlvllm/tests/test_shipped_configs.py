@@ -15,8 +15,8 @@ their configs are those files' entries and their marks come from three benchmark
 rule. Dispatch routes a marked key to vLLM's kernel. The measurements behind each key live
 in the stats sidecar beside the benchmark results
 (``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file. The H100 SXM
-file (``nvidia_h100_sxm.json``, Qwen3-8B grid-tuned there in the three formats) is tested at
-the end the same way."""
+file (``nvidia_h100_sxm.json``: Qwen3-8B grid-tuned there in the three formats, then Llama-3.1-8B's
+and Qwen3-14B's FP8_Dynamic keys) is tested at the end the same way."""
 
 import gzip
 import json

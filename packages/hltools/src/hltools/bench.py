@@ -25,8 +25,8 @@ timed replays divided by the number of calls. A timing whose p80 / p20 exceeds
 :data:`hlcore.timing.RETIME_SPREAD` (a disturbed one) is timed again, up to
 :data:`hlcore.timing.RETIME_TRIES` times (:func:`hlcore.timing.steadiest`), and the row keeps the
 timing with the narrowest spread and says so in its ``note``. Weights are random normal values
-quantized per format (never zeros). GB/s counts the fewest bytes a call must move (:func:`gemm_bytes`); % of roofline
-divides it by the measured device copy bandwidth.
+quantized per format (never zeros). GB/s counts the fewest bytes a call must move
+(:func:`gemm_bytes`); % of roofline divides it by the measured device copy bandwidth.
 
 A vLLM candidate that cannot be built, raises, or returns a result more than :data:`SANITY_REL_ERR`
 away from the fp32 reference (relative Frobenius) is skipped for the next one; the ``kernel``
