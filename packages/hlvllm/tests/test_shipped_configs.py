@@ -16,7 +16,8 @@ rule. Dispatch routes a marked key to vLLM's kernel. The measurements behind eac
 in the stats sidecar beside the benchmark results
 (``lab/results/config-stats/scaled_mm/nvidia_h200.stats.json``), not in the shipped file. The H100 SXM
 file (``nvidia_h100_sxm.json``: Qwen3-8B grid-tuned there in the three formats, then Llama-3.1-8B's
-and Qwen3-14B's FP8_Dynamic keys) is tested at the end the same way."""
+FP8_Dynamic and Block_FP8 keys and Qwen3-14B's FP8_Dynamic and W8A8_INT8 keys) is tested at the end
+the same way."""
 
 import gzip
 import json
@@ -101,12 +102,12 @@ TUNED = {
 MARGIN, MIN_PROCESSES = 0.02, 3
 
 #: The H100 file (``configs/scaled_mm/nvidia_h100_sxm.json``): Qwen3-8B's keys in the three formats,
-#: then Llama-3.1-8B's and Qwen3-14B's FP8_Dynamic keys, each model grid-tuned on one H100 SXM
-#: (``hltools autotune --effort grid``) and benched on its grid file in three processes
-#: (``lab/results/2026-12-05-c`` .. ``-e``; Block_FP8 tuned and benched on vLLM's column-major
-#: scale_a, the capture layout); configs and marks from ``configs from-bench --model <model>``, same
-#: rule as the H200 file's. The later models were added with ``--only-new``: Llama-3.1-8B's qkv and o
-#: are Qwen3-8B's shapes, whose entries stay.
+#: then Llama-3.1-8B's FP8_Dynamic and Block_FP8 keys and Qwen3-14B's FP8_Dynamic and W8A8_INT8 keys,
+#: each model grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on its grid
+#: file in three processes (``lab/results/2026-12-05-c`` .. ``-f``; Block_FP8 tuned and benched on
+#: vLLM's column-major scale_a, the capture layout); configs and marks from ``configs from-bench
+#: --model <model>``, same rule as the H200 file's. The later models were added with ``--only-new``:
+#: Llama-3.1-8B's qkv and o are Qwen3-8B's shapes, whose entries stay.
 H100 = ROOT / "configs" / "scaled_mm" / "nvidia_h100_sxm.json"
 H100_STATS = ROOT / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h100_sxm.stats.json"
 
@@ -140,6 +141,21 @@ H100_TUNED = {
         _h100_run("2026-12-05-e", "CP-fp8_dynamic-qwen3-14b", "grid"),
         [
             _h100_run("2026-12-05-e", "RM-fp8_dynamic-qwen3-14b", f"kb-tuned{i}") / "kernels.json"
+            for i in (1, 2, 3)
+        ],
+    ),
+    ("qwen3-14b", "w8a8_int8"): (
+        _h100_run("2026-12-05-e", "RM-w8a8_int8-qwen3-14b", "grid"),
+        [_h100_run("2026-12-05-e", "RM-w8a8_int8-qwen3-14b", "kb-tuned1") / "kernels.json"]
+        + [
+            _h100_run("2026-12-05-f", "RM-w8a8_int8-qwen3-14b", f"kb-tuned{i}") / "kernels.json"
+            for i in (2, 3)
+        ],
+    ),
+    ("llama-3.1-8b", "block_fp8"): (
+        _h100_run("2026-12-05-f", "RM-block_fp8-llama-3.1-8b", "grid"),
+        [
+            _h100_run("2026-12-05-f", "RM-block_fp8-llama-3.1-8b", f"kb-tuned{i}") / "kernels.json"
             for i in (1, 2, 3)
         ],
     ),
