@@ -9,7 +9,8 @@
 #   left            seconds left of the phase's LIMIT
 #   run NAME [TIMEOUT] CMD...
 #                   run CMD limited to TIMEOUT or to what is left of the phase (whichever is less;
-#                   skipped under 30 s), output in $O/NAME.log, "NAME rc=... s" appended to $O/lanes.txt
+#                   skipped under 30 s), output in $O/NAME.log (an earlier one kept as
+#                   NAME.earlier-<time>.log), "NAME rc=... s" appended to $O/lanes.txt
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 run() {
     local name=$1; shift
@@ -17,6 +18,8 @@ run() {
     if [[ $1 =~ ^[0-9]+$ ]]; then [ "$1" -lt "$t" ] && t=$1; shift; fi
     if [ "$t" -lt 30 ]; then echo "SKIP $name (no time left)" | tee -a "$O/lanes.txt"; return; fi
     local t0; t0=$(date +%s)
+    # a phase run again on the same machine keeps the earlier log (2026-12-05-f lost a grid log)
+    [ -f "$O/$name.log" ] && mv "$O/$name.log" "$O/$name.earlier-$t0.log"
     timeout -k 5 "$t" "$@" >"$O/$name.log" 2>&1
     echo "$name rc=$? $(($(date +%s) - t0)) s (limit $t s)" | tee -a "$O/lanes.txt"
 }
