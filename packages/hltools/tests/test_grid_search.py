@@ -575,3 +575,40 @@ def test_check_configs_are_each_keys_untuned_pick(tmp_path, monkeypatch):
         assert gs.check_configs(keys) == {}
     finally:
         smc.clear_scaled_mm_config_cache()
+
+
+def test_gpu_timer_times_a_disturbed_candidate_again_and_keeps_the_steadiest(monkeypatch):
+    """The grid's timer goes through :func:`hlcore.timing.steadiest`: a candidate whose first timing
+    is disturbed (p80 / p20 above 1.05) reads the steadier one of its re-times, an undisturbed one
+    is timed once, and a failing one reads ``inf``; the numbers are the disturbed H100 row of
+    ``lab/results/2026-12-05-e`` (Qwen3-14B W8A8_INT8 down at M = 2). Inputs are drawn on the CPU
+    (the timing itself is faked, so no kernel runs)."""
+    from hlcore.timing import Timing
+    from hltools import bench
+    from hltools import timing as ht
+
+    real_make_inputs = bench.make_inputs
+    monkeypatch.setattr(
+        bench, "make_inputs", lambda *a, **kw: real_make_inputs(*a, **{**kw, "device": "cpu"})
+    )
+    monkeypatch.setattr(ht, "copies_for", lambda nbytes: 2)
+    readings = {
+        "disturbed": [Timing(45.8, 43.5, 47.7), Timing(34.7, 34.6, 35.1)],
+        "steady": [Timing(36.0, 35.9, 36.2)],
+        "fails": [],
+    }
+    taken: list[str] = []
+
+    def fake_time_graph(calls):
+        assert len(calls) == 2  # one call per weight copy
+        name = calls[0].__defaults__[-1]["name"]  # the config the calls run (their last default)
+        taken.append(name)
+        if not readings[name]:
+            raise RuntimeError("candidate failed")
+        return readings[name].pop(0)
+
+    monkeypatch.setattr(ht, "time_graph", fake_time_graph)
+    time = gs.gpu_timer(max_m=4)
+    got = time("fp8_dynamic", 2, 64, 128, [{"name": "disturbed"}, {"name": "steady"}, {"name": "fails"}])
+    assert got == [34.7, 36.0, float("inf")]
+    assert taken == ["disturbed", "disturbed", "steady", "fails"]

@@ -15,7 +15,7 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
    each group timed as soon as its own candidates are built.
 3. **Time, refine, then check every M.** Every group's candidates are timed at its search M
    (``time(fmt, m, n, k, configs)``: CUDA-graph replay over weight copies larger than L2, the
-   benchmarks' timer). Then each group's fastest gets the knobs the grid fixes, one at a time
+   benchmarks' timer, a disturbed timing taken again). Then each group's fastest gets the knobs the grid fixes, one at a time
    (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor (TMA) loads, persistent
    programs; for block formats also :data:`BLOCK_REFINEMENTS`: the scales loaded one K step
    ahead) and the values the space leaves out next to it (:func:`neighbors`: ``block_n`` 32,
@@ -478,7 +478,11 @@ def gpu_timer(max_m: int, seed: int = 0, block_scale_a: str = "row") -> Timer:
     """A :data:`Timer` on the current CUDA GPU for M up to ``max_m``: :func:`hltools.bench.make_inputs`
     with weight copies larger than L2 (kept for one (format, N, K) at a time), Block_FP8's scale_a in
     ``block_scale_a``'s layout (:func:`hltools.bench.block_scale_a`), each config timed by
-    :func:`hltools.timing.time_graph` over one call per copy; a config that raises times ``inf``."""
+    :func:`hltools.timing.time_graph` over one call per copy, a disturbed timing (p80 / p20 above
+    :data:`hlcore.timing.RETIME_SPREAD`) taken again and the steadiest kept
+    (:func:`hlcore.timing.steadiest`, as ``bench kernels`` and the per-key check); a config that
+    raises times ``inf``."""
+    from hlcore.timing import steadiest
     from hltools.bench import block_scale_a as layout_of
     from hltools.bench import make_inputs
     from hltools.timing import copies_for, time_graph
@@ -502,7 +506,7 @@ def gpu_timer(max_m: int, seed: int = 0, block_scale_a: str = "row") -> Timer:
                 for b, sb in d.weights
             ]
             try:
-                out.append(time_graph(calls).median_us)
+                out.append(steadiest(time_graph, calls)[0].median_us)
             except Exception:  # noqa: BLE001 - a candidate that fails is not picked
                 out.append(float("inf"))
         return out
