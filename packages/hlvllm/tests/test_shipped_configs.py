@@ -22,6 +22,7 @@ the same way."""
 import gzip
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -116,48 +117,38 @@ def _h100_run(day: str, phase: str, name: str) -> Path:
     return BENCH_DIR / day / "raw" / phase / name
 
 
+def _h100_tuned(grid: tuple[str, str], phase: str, days: Sequence[str]) -> tuple[Path, list[Path]]:
+    """(the grid folder of ``grid``'s (day, phase), the kernels.json of bench process i of ``phase``
+    on ``days[i - 1]``)."""
+    runs = [_h100_run(day, phase, f"kb-tuned{i}") / "kernels.json" for i, day in enumerate(days, 1)]
+    return _h100_run(*grid, "grid"), runs
+
+
 #: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added.
 H100_TUNED = {
     **{
-        ("qwen3-8b", fmt): (
-            _h100_run(day, f"RM-{fmt}-qwen3-8b", "grid"),
-            [_h100_run(day, f"RM-{fmt}-qwen3-8b", f"kb-tuned{i}") / "kernels.json" for i in (1, 2, 3)],
-        )
+        ("qwen3-8b", fmt): _h100_tuned((day, f"RM-{fmt}-qwen3-8b"), f"RM-{fmt}-qwen3-8b", [day] * 3)
         for fmt, day in (
             ("fp8_dynamic", "2026-12-05-c"),
             ("w8a8_int8", "2026-12-05-c"),
             ("block_fp8", "2026-12-05-d"),
         )
     },
-    ("llama-3.1-8b", "fp8_dynamic"): (
-        _h100_run("2026-12-05-c", "RM-fp8_dynamic-llama-3.1-8b", "grid"),
-        [_h100_run("2026-12-05-d", "RM-fp8_dynamic-llama-3.1-8b", "kb-tuned1") / "kernels.json"]
-        + [
-            _h100_run("2026-12-05-e", "RM-fp8_dynamic-llama-3.1-8b", f"kb-tuned{i}") / "kernels.json"
-            for i in (2, 3)
-        ],
+    ("llama-3.1-8b", "fp8_dynamic"): _h100_tuned(
+        ("2026-12-05-c", "RM-fp8_dynamic-llama-3.1-8b"),
+        "RM-fp8_dynamic-llama-3.1-8b",
+        ["2026-12-05-d", "2026-12-05-e", "2026-12-05-e"],
     ),
-    ("qwen3-14b", "fp8_dynamic"): (
-        _h100_run("2026-12-05-e", "CP-fp8_dynamic-qwen3-14b", "grid"),
-        [
-            _h100_run("2026-12-05-e", "RM-fp8_dynamic-qwen3-14b", f"kb-tuned{i}") / "kernels.json"
-            for i in (1, 2, 3)
-        ],
+    ("qwen3-14b", "fp8_dynamic"): _h100_tuned(
+        ("2026-12-05-e", "CP-fp8_dynamic-qwen3-14b"), "RM-fp8_dynamic-qwen3-14b", ["2026-12-05-e"] * 3
     ),
-    ("qwen3-14b", "w8a8_int8"): (
-        _h100_run("2026-12-05-e", "RM-w8a8_int8-qwen3-14b", "grid"),
-        [_h100_run("2026-12-05-e", "RM-w8a8_int8-qwen3-14b", "kb-tuned1") / "kernels.json"]
-        + [
-            _h100_run("2026-12-05-f", "RM-w8a8_int8-qwen3-14b", f"kb-tuned{i}") / "kernels.json"
-            for i in (2, 3)
-        ],
+    ("qwen3-14b", "w8a8_int8"): _h100_tuned(
+        ("2026-12-05-e", "RM-w8a8_int8-qwen3-14b"),
+        "RM-w8a8_int8-qwen3-14b",
+        ["2026-12-05-e", "2026-12-05-f", "2026-12-05-f"],
     ),
-    ("llama-3.1-8b", "block_fp8"): (
-        _h100_run("2026-12-05-f", "RM-block_fp8-llama-3.1-8b", "grid"),
-        [
-            _h100_run("2026-12-05-f", "RM-block_fp8-llama-3.1-8b", f"kb-tuned{i}") / "kernels.json"
-            for i in (1, 2, 3)
-        ],
+    ("llama-3.1-8b", "block_fp8"): _h100_tuned(
+        ("2026-12-05-f", "RM-block_fp8-llama-3.1-8b"), "RM-block_fp8-llama-3.1-8b", ["2026-12-05-f"] * 3
     ),
 }
 
