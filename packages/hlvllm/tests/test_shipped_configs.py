@@ -113,15 +113,14 @@ H100 = ROOT / "configs" / "scaled_mm" / "nvidia_h100_sxm.json"
 H100_STATS = ROOT / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h100_sxm.stats.json"
 
 
-def _h100_run(day: str, phase: str, name: str) -> Path:
-    return BENCH_DIR / day / "raw" / phase / name
-
-
 def _h100_tuned(grid: tuple[str, str], phase: str, days: Sequence[str]) -> tuple[Path, list[Path]]:
     """(the grid folder of ``grid``'s (day, phase), the kernels.json of bench process i of ``phase``
-    on ``days[i - 1]``)."""
-    runs = [_h100_run(day, phase, f"kb-tuned{i}") / "kernels.json" for i, day in enumerate(days, 1)]
-    return _h100_run(*grid, "grid"), runs
+    on ``days[i - 1]``), under ``lab/results/<day>/raw``."""
+    grid_day, grid_phase = grid
+    runs = [
+        BENCH_DIR / day / "raw" / phase / f"kb-tuned{i}" / "kernels.json" for i, day in enumerate(days, 1)
+    ]
+    return BENCH_DIR / grid_day / "raw" / grid_phase / "grid", runs
 
 
 #: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added.

@@ -15,10 +15,10 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
    each group timed as soon as its own candidates are built.
 3. **Time, refine, then check every M.** Every group's candidates are timed at its search M
    (``time(fmt, m, n, k, configs)``: CUDA-graph replay over weight copies larger than L2, the
-   benchmarks' timer, a disturbed timing taken again). Then each group's fastest gets the knobs the grid fixes, one at a time
-   (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor (TMA) loads, persistent
-   programs; for block formats also :data:`BLOCK_REFINEMENTS`: the scales loaded one K step
-   ahead) and the values the space leaves out next to it (:func:`neighbors`: ``block_n`` 32,
+   benchmarks' timer, a disturbed timing taken again). Then each group's fastest gets the knobs
+   the grid fixes, one at a time (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor
+   (TMA) loads, persistent programs; for block formats also :data:`BLOCK_REFINEMENTS`: the scales
+   loaded one K step ahead) and the values the space leaves out next to it (:func:`neighbors`: ``block_n`` 32,
    ``swap_ab`` off), all groups' variants compiled in one more parallel batch and timed beside it. Then
    for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed at
    that M and the fastest is the key's config. The heuristic config is always among them, so a key
