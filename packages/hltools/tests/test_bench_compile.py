@@ -59,3 +59,34 @@ def test_compile_jobs_compile_helion_for_the_block_scale_layout_timed(monkeypatc
     (job,) = bench_compile.compile_jobs(shapes, candidates={}, block_scale_a="tma")
     assert bench_compile.run_compile_job(job, device="cpu") is None
     assert seen == [(1, 4), (1, 8)]  # M = 1 and 8, TMA-aligned column-major
+
+
+@pytest.mark.parametrize("fmt", ["fp8_dynamic", "w8a8_int8", "block_fp8"])
+def test_compile_operands_are_drawn_without_a_wider_copy_of_the_weight(fmt):
+    """A compile worker per CPU runs beside the timing process on one GPU: a weight drawn through a
+    float32 copy held several times its bytes in each worker, and on an 80 GiB H100 the timing
+    process ran out of memory (Qwen3-32B W8A8_INT8, lab/results/2026-12-05-g). Every tensor an op
+    makes while drawing the operands is at most one byte an element once it is weight-sized."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    n, k = 256, 512
+    made = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            made.extend(t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+            return out
+
+    job = bench_compile.CompileJob("helion", fmt, n, k, (4,))
+    with Record():
+        inputs = bench_compile._compile_inputs(job, 4, "cpu")
+    big = [(t.dtype, t.numel()) for t in made if t.numel() >= n * k]
+    assert big and all(t.element_size() == 1 for t in made if t.numel() >= n * k), big
+    b, _ = inputs.weights[0]
+    assert b.shape == (k, n) and inputs.a.shape == (4, k)
+    for t in (inputs.a, b):
+        wide = t.float()
+        assert t.dtype == getattr(torch, bench_compile.get_format(fmt).operand_dtype)
+        assert torch.isfinite(wide).all() and wide.abs().max() <= 448 and wide.std() > 0
