@@ -103,9 +103,9 @@ TUNED = {
 MARGIN, MIN_PROCESSES = 0.02, 3
 
 #: The H100 file (``configs/scaled_mm/nvidia_h100_sxm.json``): Qwen3-8B's keys in the three formats,
-#: then Llama-3.1-8B's FP8_Dynamic and Block_FP8 keys and Qwen3-14B's FP8_Dynamic and W8A8_INT8 keys,
-#: each model grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on its grid
-#: file in three processes (``lab/results/2026-12-05-c`` .. ``-f``; Block_FP8 tuned and benched on
+#: then Llama-3.1-8B's keys in the three formats and Qwen3-14B's and Qwen3-32B's FP8_Dynamic and W8A8_INT8
+#: keys, each model grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on its
+#: grid file in three processes (``lab/results/2026-12-05-c`` .. ``-g``; Block_FP8 tuned and benched on
 #: vLLM's column-major scale_a, the capture layout); configs and marks from ``configs from-bench
 #: --model <model>``, same rule as the H200 file's. The later models were added with ``--only-new``:
 #: Llama-3.1-8B's qkv and o are Qwen3-8B's shapes, whose entries stay.
@@ -149,6 +149,17 @@ H100_TUNED = {
     ("llama-3.1-8b", "block_fp8"): _h100_tuned(
         ("2026-12-05-f", "RM-block_fp8-llama-3.1-8b"), "RM-block_fp8-llama-3.1-8b", ["2026-12-05-f"] * 3
     ),
+    ("llama-3.1-8b", "w8a8_int8"): _h100_tuned(
+        ("2026-12-05-f", "RM-w8a8_int8-llama-3.1-8b"),
+        "RM-w8a8_int8-llama-3.1-8b",
+        ["2026-12-05-f", "2026-12-05-g", "2026-12-05-g"],
+    ),
+    **{
+        ("qwen3-32b", fmt): _h100_tuned(
+            ("2026-12-05-g", f"RM-{fmt}-qwen3-32b"), f"RM-{fmt}-qwen3-32b", ["2026-12-05-g"] * 3
+        )
+        for fmt in ("fp8_dynamic", "w8a8_int8")
+    },
 }
 
 
