@@ -23,16 +23,16 @@
 #   BM the same with RB_RUNS=3 (LIMIT=120), then GR RT_MODELS=qwen3-4b RT_FORMAT=block_fp8
 #     SEED_GRID=lab/results/2026-12-05-b/raw/RM-block_fp8-qwen3-1.7b_qwen3-4b/grid (LIMIT=200)
 #   BM RT_MODELS=qwen3-4b RT_FORMAT=block_fp8 RB_SHIPPED=1 with what is left
-# On an H100 SXM instead (no H200 lent; 2026-12-05-c..-f ran there; every call names its kind):
-#   part.00..02; part.03 + dist with BM RT_MODELS=llama-3.1-8b RT_FORMAT=w8a8_int8 RB_RUNS="2 3"
-#     GRID=lab/results/2026-12-05-f/raw/RM-w8a8_int8-llama-3.1-8b/grid KB_LIMIT=110 (LIMIT=200;
-#     its kb-shipped and kb-tuned1 are in lab/results/2026-12-05-f), then GM of the next slice
-#     (RT_MODELS=qwen3-32b, one format per call, KB_SHIPPED=1 GRID_LIMIT=300 KB_LIMIT=150,
-#     DG_JIT_CACHE_DIR=/tmp/dg-jit for block_fp8) and its BM (RB_RUNS="1 2", then 3: ~100 s
-#     each); every call planned before the first and sent back to back (a reply read for more
-#     than ~30 s loses the machine; 2026-12-05-f's ten calls fit 1,665 s that way). A GM call
-#     run twice resumes (its tuned keys skipped; from phase-lib.sh of this commit the earlier
-#     log is kept as grid-<m>.earlier-<time>.log)
+# On an H100 SXM instead (no H200 lent; 2026-12-05-c..-g ran there; every call names the kind held):
+#   part.00..02; part.03 + dist with GM RT_MODELS=qwen3-32b RT_FORMAT=w8a8_int8 GRID_LIMIT=200
+#     LIMIT=210 RES=/tmp/gpu-runs-fresh (a fresh output: the grid's wall time with 0da962f's
+#     compile operands, which failed 2 keys out of memory in 2026-12-05-g), then GM of the next
+#     slice (RT_MODELS=qwen3-1.7b or qwen3-4b, one format per call, KB_SHIPPED=1 GRID_LIMIT=300
+#     KB_LIMIT=150, DG_JIT_CACHE_DIR=/tmp/dg-jit for block_fp8) and its BM (RB_RUNS="1 2 3":
+#     ~70-100 s each; two phases fit one call of 600 s); every call planned before the first and
+#     sent back to back (a reply read for more than ~30 s loses the machine; 2026-12-05-g's nine
+#     calls fit 1,726 s that way). A GM call run twice resumes (its tuned keys skipped, failed
+#     ones retried; the earlier log kept as grid-<m>.earlier-<time>.log)
 # The bundle: PART_MIB=30 in .gpu/make-vllm-bundle.sh (4 parts).
 set -u
 phase=$1
