@@ -612,3 +612,52 @@ def test_gpu_timer_times_a_disturbed_candidate_again_and_keeps_the_steadiest(mon
     got = time("fp8_dynamic", 2, 64, 128, [{"name": "disturbed"}, {"name": "steady"}, {"name": "fails"}])
     assert got == [34.7, 36.0, float("inf")]
     assert taken == ["disturbed", "disturbed", "steady", "fails"]
+
+
+class FailingShape(CostModel):
+    """The cost model, its timer raising for one (N, K) (as drawing an 80 GiB GPU's last copies did)."""
+
+    def __init__(self, n, **kw):
+        super().__init__(**kw)
+        self.n = n
+
+    def __call__(self, fmt, m, n, k, configs):
+        if n == self.n:
+            self.calls.append((fmt, m, n, k, "raised"))
+            raise MemoryError("CUDA out of memory. Tried to allocate 1000.00 MiB")
+        return super().__call__(fmt, m, n, k, configs)
+
+
+def test_a_timer_that_raises_fails_its_own_groups_keys_only_and_searches_once(tmp_path):
+    """2026-12-05-g: one shape's timing ran out of memory and every later key searched all groups
+    again (664 grid timings where one search makes ~270; 2 keys failed). Now the failing group's keys fail with
+    its error, the other groups' keys get the picks of a search without the failure, and nothing
+    is searched twice."""
+    bad = [("w8a8_int8", 4096, 12288, m) for m in (1, 2, 4, 8, 16)]
+    keys = KEYS + bad
+    clean = gs.GridSearch(KEYS, time=CostModel(), compile=Recorder())
+    timer = FailingShape(4096)
+    search = gs.GridSearch(keys, time=timer, compile=Recorder())
+    for fmt, n, k, m in bad:
+        with pytest.raises(
+            RuntimeError,
+            match=rf"the search of w8a8_int8 N=4096 K=12288 M {'1/2/4/8' if m < 16 else '16'} failed: MemoryError: CUDA out of memory",
+        ):
+            search.pick(fmt, n, k, m)
+    for fmt, n, k, m in KEYS:
+        assert search.pick(fmt, n, k, m) == clean.pick(fmt, n, k, m)
+    assert [c[1] for c in timer.calls if c[4] == "raised"] == [8, 16]  # each failing group's grid once
+    grids = [c for c in timer.calls if c[4] != "raised" and len(c[4]) > len(gs.REFINEMENTS) + 2]
+    assert sorted(c[1] for c in grids) == [8, 16, 32]  # the other groups searched once each
+
+    # through run_autotune: those keys fail (a rerun retries them), the rest are tuned
+    tune_keys = [at.TuneKey(*k) for k in keys]
+
+    def check(key, config, options):
+        return at.CheckResult(True, config, rel_err=1e-3, helion_us=9.0, default_us=10.0, fallback_us=11.0)
+
+    search = gs.GridSearch(keys, time=FailingShape(4096), compile=Recorder())
+    meta = {"gpu": "nvidia_h200", "helion": "1.5.0", "seed": 0}
+    path = tmp_path / "nvidia_h200.json"
+    summary = at.run_autotune(tune_keys, path, tune=gs.grid_tuner(search), check=check, metadata=meta)
+    assert summary.count("tuned") == len(KEYS) and summary.count("failed") == len(bad)

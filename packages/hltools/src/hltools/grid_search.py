@@ -252,7 +252,10 @@ class GridSearch:
     ``concurrent.futures.Executor``, shut down when the search is done) and ``compile_one`` (one
     job, run in that pool), the compiles run *alongside* the timing: every job is submitted at once,
     group by group, and each group is timed as soon as its own candidates are built, its refinements
-    submitted behind the rest, so the GPU times while the CPUs compile."""
+    submitted behind the rest, so the GPU times while the CPUs compile.
+
+    A group whose timing raises (the timer, not one candidate) fails its own keys, with that error,
+    when they are picked; the other groups are searched on, and nothing is searched twice."""
 
     keys: Sequence[tuple[str, int, int, int]]
     time: Timer
@@ -272,6 +275,8 @@ class GridSearch:
     _picks: dict[tuple, KeyPick] = field(default_factory=dict, init=False)
     _ranked: dict[tuple, list[Config]] = field(default_factory=dict, init=False)
     _timed: dict[tuple, int] = field(default_factory=dict, init=False)
+    #: group -> the error its timing raised (its keys fail with it; a rerun retries them)
+    _failed: dict[tuple, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         if (self.compile_pool is None) != (self.compile_one is None):
@@ -356,9 +361,17 @@ class GridSearch:
         return refined + neighbors(best, self._search_m[group], seen)
 
     def _time_group(self, stage: str, group: tuple, configs: list[Config]) -> list[tuple[float, Config]]:
+        """``configs`` timed at the group's search M; a timer that raises (not a candidate that
+        fails: the timer times that one ``inf``) fails this group alone (:attr:`_failed`, raised by
+        :meth:`pick` for its keys), and every other group is searched on."""
         fmt, n, k, _ = group
         with self._stage(stage, len(configs)):
-            return list(zip(self.time(fmt, self._search_m[group], n, k, configs), configs, strict=True))
+            try:
+                times = self.time(fmt, self._search_m[group], n, k, configs)
+            except Exception as exc:  # noqa: BLE001 - e.g. out of memory drawing one shape's copies
+                self._failed.setdefault(group, f"{type(exc).__name__}: {str(exc)[:300]}")
+                times = [math.inf] * len(configs)
+            return list(zip(times, configs, strict=True))
 
     def _rank(self, times: dict[tuple, list[tuple[float, Config]]]) -> None:
         for group, timed in times.items():
@@ -455,6 +468,10 @@ class GridSearch:
             raise KeyError(f"{fmt} N={n} K={k} M={m} is not a key of this search")
         if not self._ranked:
             self._search_all()
+        if group in self._failed and not self._ranked[group]:
+            raise RuntimeError(
+                f"the search of {fmt} N={n} K={k} M {'/'.join(map(str, group[3]))} failed: {self._failed[group]}"
+            )
         self._check_each_m(group, self._ranked[group][: self.top], self._timed[group])
         return self._picks[(fmt, n, k, m)]
 
