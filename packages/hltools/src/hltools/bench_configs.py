@@ -30,8 +30,9 @@ Rules:
 * Fallback marks come from margins over independent processes: each input file is one process
   (one ``hltools bench kernels`` run). In one process a key's ratio is Helion's median over vLLM's
   at its worst measurement (two models or layers with one shape: conservative); a key is marked
-  ``"fallback": true`` only when the median of those per-process ratios is above ``1 + margin``
-  (vLLM's kernel faster by more than ``margin``) and it was measured in at least
+  ``"fallback": true`` when the median of those per-process ratios is above ``1 + margin``
+  (vLLM's kernel faster by more than ``margin``) or every one of them is above 1 (vLLM's kernel
+  faster in each process: :func:`fallback_mark`), and only once it was measured in at least
   ``min_processes`` processes. The CLI's defaults are the shipped files' rule: a 2 % margin, 3
   processes; a key measured in fewer processes is skipped (no exact key: hlvllm's speed guard
   times it at warm-up). ``stats`` report the worst measurement of the median process, the
@@ -94,23 +95,23 @@ VERSION_FIELDS = ("torch", "triton", "helion", "vllm")
 NOTE = (
     "configs are the heuristic defaults (or whatever config each benchmark row ran) as measured by "
     "`hltools bench kernels`, not autotuned; fallback marks where vLLM's default kernel was faster "
-    "than Helion by more than the command's --margin in the median over its benchmark processes (one "
-    "per input file, at least --min-processes)"
+    "than Helion by more than the command's --margin in the median over its benchmark processes, or "
+    "faster in every one of them (one per input file, at least --min-processes)"
 )
 #: The note when the benchmarks ran config files (``configs_from`` says which, and how they were made).
 NOTE_FILES = (
     "configs are the entries of the config files in `configs_from` (each with the command that made "
     "it) that the benchmark rows ran, or the heuristic defaults where a file had no entry, as measured "
     "by `hltools bench kernels`; fallback marks where vLLM's default kernel was faster than Helion by "
-    "more than the command's --margin in the median over its benchmark processes (one per input file, "
-    "at least --min-processes)"
+    "more than the command's --margin in the median over its benchmark processes, or faster in every "
+    "one of them (one per input file, at least --min-processes)"
 )
 #: The note when every benchmark recorded that it ran without a config file.
 NOTE_HEURISTIC = (
     "configs are the heuristic defaults (the benchmarks ran without a config file) as measured by "
     "`hltools bench kernels`, not autotuned; fallback marks where vLLM's default kernel was faster "
-    "than Helion by more than the command's --margin in the median over its benchmark processes (one "
-    "per input file, at least --min-processes)"
+    "than Helion by more than the command's --margin in the median over its benchmark processes, or "
+    "faster in every one of them (one per input file, at least --min-processes)"
 )
 #: The ``_metadata`` fields of a config file that say how it was made (kept in ``configs_from``).
 CONFIG_FILE_FIELDS = ("command", "commit", "date", "effort", "source")
@@ -346,6 +347,19 @@ def _ratio(h: BenchResult, v: BenchResult) -> float:
     return h.median_us / v.median_us
 
 
+def fallback_mark(ratios: Sequence[float], margin: float) -> bool:
+    """Whether a key is marked fallback from its per-process ratios (Helion's median time over vLLM's
+    default kernel's, one ratio per independent benchmark process): vLLM's kernel is faster by more
+    than ``margin`` in the median over the processes, or faster in every one of them, however
+    little. The margin keeps a key whose processes disagree (noise) on Helion; the second clause
+    sends a key that every process read slower to vLLM's kernel (a tie costs nothing there, a
+    steady loss would cost every step). With one process it is "Helion slower", the per-key check's
+    rule of ``hltools autotune``."""
+    if not ratios:
+        raise ValueError("fallback_mark: no process ratios")
+    return statistics.median(ratios) > 1.0 + margin or min(ratios) > 1.0
+
+
 def _entry_from_measurements(
     fmt, n, k, m, ms, margin: float, min_processes: int, layout: str = "row"
 ) -> ConfigEntry | str:
@@ -382,7 +396,7 @@ def _entry_from_measurements(
         }
     if _finite(h.rel_err):
         stats["rel_err"] = h.rel_err
-    fallback = median_ratio > 1.0 + margin
+    fallback = fallback_mark(ratios, margin)
     return ConfigEntry(scaled_mm_key(fmt, n, k, m), dict(config), fallback, stats, layout)
 
 

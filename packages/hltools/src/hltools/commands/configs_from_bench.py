@@ -80,8 +80,8 @@ Margin = Annotated[
     float,
     typer.Option(
         min=0.0,
-        help="A key is marked fallback only when vLLM's kernel is faster by more than this fraction in "
-        "the median over processes (each input file is one process).",
+        help="A key is marked fallback when vLLM's kernel is faster by more than this fraction in the "
+        "median over processes (each input file is one process), or faster in every process.",
     ),
 ]
 Models = Annotated[
@@ -117,9 +117,10 @@ def from_bench(
     """Write the scaled_mm config file of the benchmark's GPU from side-by-side kernel results.
 
     Each (format, N, K, M) gets the Helion config that was measured; a key is marked
-    `"fallback": true` (dispatch keeps vLLM's kernel there) only when vLLM's default kernel is
-    faster by more than --margin in the median of at least --min-processes independent benchmark
-    processes (one per input file); keys measured in fewer processes are skipped. GPU, versions and
+    `"fallback": true` (dispatch keeps vLLM's kernel there) when vLLM's default kernel is faster
+    by more than --margin in the median of at least --min-processes independent benchmark
+    processes (one per input file), or faster in every one of them; keys measured in fewer
+    processes are skipped. GPU, versions and
     date come from the benchmark rows. These configs are what the benchmark ran: the heuristic
     defaults, or the entries of the config file it ran with (an autotuned one, for instance); the
     file's `configs_from` names those files and the commands that made them (from the benchmarks'
