@@ -4,8 +4,9 @@ and from the 2026-12-01 evening one; its fallback marks re-derived (issue 20) fr
 benchmark processes, six of 2026-12-02 afternoon (``lab/results/2026-12-02-afternoon/raw/K*``, the
 six TP 1 models) and three of that evening (``lab/results/2026-12-02-evening/raw/KT*``, Qwen3-8B at
 TP 2): each key timed in three or six processes, Helion vs vLLM's default kernel; a key is marked
-only when vLLM's kernel is faster by more than 2 % in the median over the processes of each
-process's worst ratio. Qwen3-8B's 28 Block_FP8 keys were measured again on 2026-12-04 the way capture
+when vLLM's kernel is faster by more than 2 % in the median over the processes of each process's
+worst ratio, or faster in every process (the rule since 2026-12-05: the marks re-derived from the
+stats sidecar by ``lab/scripts/remark_from_stats.py``). Qwen3-8B's 28 Block_FP8 keys were measured again on 2026-12-04 the way capture
 mode runs them (``lab/results/2026-12-04-c/raw/KC*``: ``--block-scale-a tma``, vLLM's column-major
 scale_a, with ``prefetch_scales``): those three processes give their configs, marks (same rule) and
 ``"block_scale_a": "tma"``. Qwen3-4B's and Qwen3-1.7B's FP8_Dynamic keys (28 each) are autotuned
@@ -220,7 +221,7 @@ def _marks(paths: list[Path], model: str | None = None) -> dict[tuple, bool]:
     out = {}
     for key, ratios in per_process.items():
         assert len(ratios) >= MIN_PROCESSES, (key, ratios)
-        out[key] = statistics.median(ratios) > 1.0 + MARGIN
+        out[key] = statistics.median(ratios) > 1.0 + MARGIN or min(ratios) > 1.0
     return out
 
 
@@ -293,7 +294,7 @@ def _marked_by_processes() -> set[tuple]:
 )
 def test_stats_sidecar_holds_the_measurements_behind_every_key(gpu, path, stats_path):
     """A shipped file carries no per-key stats; the sidecar has them for exactly its keys, and each
-    key's fallback mark is its worst measurement's Helion median above vLLM's."""
+    key's fallback mark is the marks' rule over its processes' ratios."""
     shipped = cs.load_config_file(path, gpu=gpu, helion_version="1.5.0")
     assert not any(e.stats for e in shipped.entries.values())
     assert shipped.metadata["stats_file"] == str(stats_path.relative_to(ROOT))
@@ -305,7 +306,8 @@ def test_stats_sidecar_holds_the_measurements_behind_every_key(gpu, path, stats_
         if "process_ratios" in s:  # the marks' rule, over the processes' ratios
             assert len(s["process_ratios"]) >= MIN_PROCESSES, (kid, s)
             assert s["median_ratio"] == pytest.approx(statistics.median(s["process_ratios"]))
-            assert entry.fallback == (s["median_ratio"] > 1.0 + MARGIN), (kid, s)
+            rule = s["median_ratio"] > 1.0 + MARGIN or min(s["process_ratios"]) > 1.0
+            assert entry.fallback == rule, (kid, s)
         else:  # the earlier rule, one process
             assert entry.fallback == (s["helion_us"] > s["fallback_us"]), (kid, s)
         assert s["speedup_vs_fallback"] == pytest.approx(s["fallback_us"] / s["helion_us"]), (kid, s)

@@ -10,7 +10,8 @@
    compile range above the threshold is lowered to vLLM's own op (:mod:`hlvllm.lowering`).
 3. Helion failed for this (format, N, K) earlier in the process: vLLM's kernel.
 4. The tuned key of this exact (format, M, N, K) is marked ``"fallback": true`` (vLLM's kernel was
-   faster by more than 2 % in the median of at least 3 processes, ``hltools configs from-bench``):
+   faster by more than 2 % in the median of at least 3 processes or in every one of them,
+   ``hltools configs from-bench``):
    vLLM's kernel. A mark applies to its own key only, never to another shape the picker reuses its
    config for. A Block_FP8 key measured on another ``scale_a`` layout than the one this dispatch
    mode hands the GEMM (:func:`block_scale_a`: row-major in the op design, vLLM's column-major at
