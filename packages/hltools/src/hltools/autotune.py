@@ -62,7 +62,7 @@ from hlcore.config_store import (
 from hlcore.formats import FORMAT_NAMES, get_format
 from hlcore.scaled_mm_config import check_scaled_mm_config
 from hltools.bench_compare import runs_helion
-from hltools.bench_configs import PROVENANCE_FIELDS, earlier_provenance
+from hltools.bench_configs import MARGIN, PROVENANCE_FIELDS, earlier_provenance, fallback_mark
 from hltools.format_names import check_formats
 from hltools.provenance import versions
 from hltools.results import ResultTable, cell, geomean
@@ -232,10 +232,11 @@ class CheckResult:
         return self.fallback_us if route == "vllm" else self.untuned_us
 
     def slower_than_fallback(self) -> bool:
-        """Helion's time is above vLLM's kernel's (False when either was not measured)."""
-        return (
-            self.helion_us is not None and self.fallback_us is not None and self.helion_us > self.fallback_us
-        )
+        """Helion's time is above vLLM's kernel's (False when either was not measured): the marks'
+        rule (:func:`hltools.bench_configs.fallback_mark`) over this one process."""
+        if self.helion_us is None or self.fallback_us is None:
+            return False
+        return fallback_mark([self.helion_us / self.fallback_us], MARGIN)
 
     def stats(self) -> dict[str, Any]:
         out = {

@@ -347,7 +347,11 @@ def _ratio(h: BenchResult, v: BenchResult) -> float:
     return h.median_us / v.median_us
 
 
-def fallback_mark(ratios: Sequence[float], margin: float) -> bool:
+#: The marks' margin of the shipped files (``configs from-bench --margin``'s default).
+MARGIN = 0.02
+
+
+def fallback_mark(ratios: Sequence[float], margin: float = MARGIN) -> bool:
     """Whether a key is marked fallback from its per-process ratios (Helion's median time over vLLM's
     default kernel's, one ratio per independent benchmark process): vLLM's kernel is faster by more
     than ``margin`` in the median over the processes, or faster in every one of them, however

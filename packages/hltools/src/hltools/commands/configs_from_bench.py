@@ -110,7 +110,7 @@ def from_bench(
     config_dir: ConfigDir = None,
     only_new: OnlyNew = False,
     force: Force = False,
-    margin: Margin = 0.02,
+    margin: Margin = bc.MARGIN,
     min_processes: MinProcesses = 3,
     model: Models = None,
 ) -> None:
