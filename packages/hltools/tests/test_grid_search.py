@@ -612,6 +612,10 @@ def test_gpu_timer_times_a_disturbed_candidate_again_and_keeps_the_steadiest(mon
     got = time("fp8_dynamic", 2, 64, 128, [{"name": "disturbed"}, {"name": "steady"}, {"name": "fails"}])
     assert got == [34.7, 36.0, float("inf")]
     assert taken == ["disturbed", "disturbed", "steady", "fails"]
+    assert time.retimed() == 1
+    search = gs.GridSearch(KEYS, time=CostModel(), compile=Recorder(), retimed=time.retimed)
+    search.pick("fp8_dynamic", 6144, 4096, 1)
+    assert search.stage_report().endswith(" s in all; 1 disturbed timings taken again")
 
 
 class FailingShape(CostModel):

@@ -268,6 +268,9 @@ class GridSearch:
     #: untuned pick: :func:`check_configs`): compiled at that M with the grid's jobs (so no check
     #: compiles in the search process), never timed by the search
     extra: Mapping[tuple[str, int, int, int], Sequence[Config]] = field(default_factory=dict)
+    #: how many of the timer's timings so far were disturbed and taken again (:func:`gpu_timer`'s
+    #: ``retimed``), the stage line's last part; None: not counted
+    retimed: Callable[[], int] | None = None
     stages: dict[str, Stage] = field(default_factory=dict, init=False)
     _groups: dict[tuple, list[int]] = field(default_factory=dict, init=False)
     _search_m: dict[tuple, int] = field(default_factory=dict, init=False)
@@ -345,7 +348,10 @@ class GridSearch:
             for s in self.stages.values()
         ]
         total = sum(s.seconds for s in self.stages.values() if not s.alongside)
-        return f"grid search: {'; '.join(parts)}; {total:.1f} s in all"
+        line = f"grid search: {'; '.join(parts)}; {total:.1f} s in all"
+        if self.retimed is not None:
+            line += f"; {self.retimed()} disturbed timings taken again"
+        return line
 
     def _variants(self, group: tuple, timed: list[tuple[float, Config]]) -> list[Config]:
         """The group's stage-2 candidates: :func:`refinements` and :func:`neighbors` of its fastest
@@ -498,13 +504,15 @@ def gpu_timer(max_m: int, seed: int = 0, block_scale_a: str = "row") -> Timer:
     :func:`hltools.timing.time_graph` over one call per copy, a disturbed timing (p80 / p20 above
     :data:`hlcore.timing.RETIME_SPREAD`) taken again and the steadiest kept
     (:func:`hlcore.timing.steadiest`, as ``bench kernels`` and the per-key check); a config that
-    raises times ``inf``."""
+    raises times ``inf``. Its ``retimed()`` counts the timings it took again so far (the stage line's
+    last part, :attr:`GridSearch.retimed`)."""
     from hlcore.timing import steadiest
     from hltools.bench import block_scale_a as layout_of
     from hltools.bench import make_inputs
     from hltools.timing import copies_for, time_graph
 
     inputs: dict[tuple, Any] = {}
+    retimed = [0]
 
     def time(fmt: str, m: int, n: int, k: int, configs: Sequence[Config]) -> list[float]:
         from hlcore.scaled_mm import scaled_mm
@@ -523,11 +531,15 @@ def gpu_timer(max_m: int, seed: int = 0, block_scale_a: str = "row") -> Timer:
                 for b, sb in d.weights
             ]
             try:
-                out.append(steadiest(time_graph, calls)[0].median_us)
+                timing, taken = steadiest(time_graph, calls)
             except Exception:  # noqa: BLE001 - a candidate that fails is not picked
                 out.append(float("inf"))
+                continue
+            retimed[0] += taken > 1
+            out.append(timing.median_us)
         return out
 
+    time.retimed = lambda: retimed[0]
     return time
 
 
@@ -632,6 +644,7 @@ def make_grid_tuner(
             compile_pool=compile_pool(workers - 1),
             compile_one=functools.partial(compile_job, block_scale_a=block_scale_a),
             extra=extra,
+            retimed=getattr(timer, "retimed", None),
         )
     else:
         search = GridSearch(
@@ -639,6 +652,7 @@ def make_grid_tuner(
             time=timer,
             compile=parallel_compiler(compile_workers, block_scale_a=block_scale_a),
             extra=extra,
+            retimed=getattr(timer, "retimed", None),
         )
     return grid_tuner(search)
 
