@@ -615,7 +615,8 @@ def test_gpu_timer_times_a_disturbed_candidate_again_and_keeps_the_steadiest(mon
     assert time.retimed() == 1
     search = gs.GridSearch(KEYS, time=CostModel(), compile=Recorder(), retimed=time.retimed)
     search.pick("fp8_dynamic", 6144, 4096, 1)
-    assert search.stage_report().endswith(" s in all; 1 disturbed timings taken again")
+    report = search.stage_report()
+    assert "; 1 disturbed timings taken again; " in report and report.endswith(" s in all")
 
 
 class FailingShape(CostModel):
@@ -665,3 +666,37 @@ def test_a_timer_that_raises_fails_its_own_groups_keys_only_and_searches_once(tm
     path = tmp_path / "nvidia_h200.json"
     summary = at.run_autotune(tune_keys, path, tune=gs.grid_tuner(search), check=check, metadata=meta)
     assert summary.count("tuned") == len(KEYS) and summary.count("failed") == len(bad)
+
+
+def test_a_group_whose_refinements_raise_fails_its_keys_and_a_dying_search_is_not_run_again():
+    """The timer raising at a group's refinements only (its copies drawn again after the other
+    shapes): that group's keys fail with the error too. A compile that raises kills the whole
+    search once: every key fails with it, and no later key starts the search again."""
+
+    class FailingRefinements(CostModel):
+        def __call__(self, fmt, m, n, k, configs):
+            refining = len(configs) <= len(gs.REFINEMENTS) + 2 and m == 8 and n == 4096
+            if refining and configs[0] != default_scaled_mm_config(m, n, k):  # not a check
+                raise MemoryError("CUDA out of memory")
+            return super().__call__(fmt, m, n, k, configs)
+
+    keys = KEYS + [("w8a8_int8", 4096, 12288, m) for m in (1, 8, 16)]
+    search = gs.GridSearch(keys, time=FailingRefinements(), compile=Recorder())
+    for m in (1, 8):
+        with pytest.raises(RuntimeError, match="N=4096 K=12288 M 1/2/4/8 failed: MemoryError"):
+            search.pick("w8a8_int8", 4096, 12288, m)
+    search.pick("w8a8_int8", 4096, 12288, 16)  # its own bucket: searched and picked
+    assert all(search.pick(*key[:3], key[3]) for key in KEYS)
+
+    calls = []
+
+    def broken_compile(jobs):
+        calls.append(len(jobs))
+        raise RuntimeError("a compile worker died")
+
+    timer = CostModel()
+    dying = gs.GridSearch(KEYS, time=timer, compile=broken_compile)
+    for fmt, n, k, m in KEYS:
+        with pytest.raises(RuntimeError, match="failed: RuntimeError: a compile worker died"):
+            dying.pick(fmt, n, k, m)
+    assert len(calls) == 1 and timer.calls == []

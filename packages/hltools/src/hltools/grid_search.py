@@ -254,8 +254,9 @@ class GridSearch:
     group by group, and each group is timed as soon as its own candidates are built, its refinements
     submitted behind the rest, so the GPU times while the CPUs compile.
 
-    A group whose timing raises (the timer, not one candidate) fails its own keys, with that error,
-    when they are picked; the other groups are searched on, and nothing is searched twice."""
+    A group whose timing raises (the timer, not one candidate; in the grid or its refinements) fails
+    its own keys, with that error, when they are picked; the other groups are searched on. A search
+    that dies (a compile raises, the pool breaks) fails every group; nothing is searched twice."""
 
     keys: Sequence[tuple[str, int, int, int]]
     time: Timer
@@ -271,6 +272,7 @@ class GridSearch:
     #: how many of the timer's timings so far were disturbed and taken again (:func:`gpu_timer`'s
     #: ``retimed``), the stage line's last part; None: not counted
     retimed: Callable[[], int] | None = None
+    _searched: bool = field(default=False, init=False)
     stages: dict[str, Stage] = field(default_factory=dict, init=False)
     _groups: dict[tuple, list[int]] = field(default_factory=dict, init=False)
     _search_m: dict[tuple, int] = field(default_factory=dict, init=False)
@@ -347,11 +349,10 @@ class GridSearch:
             f"{s.name} ({s.count}{', alongside' if s.alongside else ''}) {s.seconds:.1f} s"
             for s in self.stages.values()
         ]
-        total = sum(s.seconds for s in self.stages.values() if not s.alongside)
-        line = f"grid search: {'; '.join(parts)}; {total:.1f} s in all"
         if self.retimed is not None:
-            line += f"; {self.retimed()} disturbed timings taken again"
-        return line
+            parts.append(f"{self.retimed()} disturbed timings taken again")
+        total = sum(s.seconds for s in self.stages.values() if not s.alongside)
+        return f"grid search: {'; '.join(parts)}; {total:.1f} s in all"
 
     def _variants(self, group: tuple, timed: list[tuple[float, Config]]) -> list[Config]:
         """The group's stage-2 candidates: :func:`refinements` and :func:`neighbors` of its fastest
@@ -472,9 +473,16 @@ class GridSearch:
         group = (fmt, n, k, bucket_of(m))
         if group not in self._groups:
             raise KeyError(f"{fmt} N={n} K={k} M={m} is not a key of this search")
-        if not self._ranked:
-            self._search_all()
-        if group in self._failed and not self._ranked[group]:
+        if not self._searched:
+            self._searched = True  # once: a search that dies fails every group it had not ranked
+            try:
+                self._search_all()
+            except Exception as exc:  # noqa: BLE001 - e.g. a compile worker killed: a rerun retries
+                for g in self._groups:
+                    if g not in self._ranked:
+                        self._failed.setdefault(g, f"{type(exc).__name__}: {str(exc)[:300]}")
+                        self._ranked[g] = []
+        if group in self._failed:
             raise RuntimeError(
                 f"the search of {fmt} N={n} K={k} M {'/'.join(map(str, group[3]))} failed: {self._failed[group]}"
             )
