@@ -114,53 +114,35 @@ H100 = ROOT / "configs" / "scaled_mm" / "nvidia_h100_sxm.json"
 H100_STATS = ROOT / "lab" / "results" / "config-stats" / "scaled_mm" / "nvidia_h100_sxm.stats.json"
 
 
-def _h100_tuned(grid: tuple[str, str], phase: str, days: Sequence[str]) -> tuple[Path, list[Path]]:
-    """(the grid folder of ``grid``'s (day, phase), the kernels.json of bench process i of ``phase``
-    on ``days[i - 1]``), under ``lab/results/<day>/raw``."""
-    grid_day, grid_phase = grid
+def _h100_tuned(
+    model: str, fmt: str, grid_day: str, days: Sequence[str], grid_prefix: str = "RM"
+) -> tuple[Path, list[Path]]:
+    """(the grid folder of phase ``<grid_prefix>-<fmt>-<model>`` on ``grid_day``, the kernels.json of
+    bench process i of phase ``RM-<fmt>-<model>`` on ``days[i - 1]``), under ``lab/results/<day>/raw``."""
+    phase = f"RM-{fmt}-{model}"
     runs = [
         BENCH_DIR / day / "raw" / phase / f"kb-tuned{i}" / "kernels.json" for i, day in enumerate(days, 1)
     ]
-    return BENCH_DIR / grid_day / "raw" / grid_phase / "grid", runs
+    return BENCH_DIR / grid_day / "raw" / f"{grid_prefix}-{fmt}-{model}" / "grid", runs
 
 
-#: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added.
+C, D, E, F, G = (f"2026-12-05-{x}" for x in "cdefg")
+#: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added:
+#: (model, format, the grid's day, the bench processes' days[, the grid's phase prefix]).
 H100_TUNED = {
-    **{
-        ("qwen3-8b", fmt): _h100_tuned((day, f"RM-{fmt}-qwen3-8b"), f"RM-{fmt}-qwen3-8b", [day] * 3)
-        for fmt, day in (
-            ("fp8_dynamic", "2026-12-05-c"),
-            ("w8a8_int8", "2026-12-05-c"),
-            ("block_fp8", "2026-12-05-d"),
-        )
-    },
-    ("llama-3.1-8b", "fp8_dynamic"): _h100_tuned(
-        ("2026-12-05-c", "RM-fp8_dynamic-llama-3.1-8b"),
-        "RM-fp8_dynamic-llama-3.1-8b",
-        ["2026-12-05-d", "2026-12-05-e", "2026-12-05-e"],
-    ),
-    ("qwen3-14b", "fp8_dynamic"): _h100_tuned(
-        ("2026-12-05-e", "CP-fp8_dynamic-qwen3-14b"), "RM-fp8_dynamic-qwen3-14b", ["2026-12-05-e"] * 3
-    ),
-    ("qwen3-14b", "w8a8_int8"): _h100_tuned(
-        ("2026-12-05-e", "RM-w8a8_int8-qwen3-14b"),
-        "RM-w8a8_int8-qwen3-14b",
-        ["2026-12-05-e", "2026-12-05-f", "2026-12-05-f"],
-    ),
-    ("llama-3.1-8b", "block_fp8"): _h100_tuned(
-        ("2026-12-05-f", "RM-block_fp8-llama-3.1-8b"), "RM-block_fp8-llama-3.1-8b", ["2026-12-05-f"] * 3
-    ),
-    ("llama-3.1-8b", "w8a8_int8"): _h100_tuned(
-        ("2026-12-05-f", "RM-w8a8_int8-llama-3.1-8b"),
-        "RM-w8a8_int8-llama-3.1-8b",
-        ["2026-12-05-f", "2026-12-05-g", "2026-12-05-g"],
-    ),
-    **{
-        ("qwen3-32b", fmt): _h100_tuned(
-            ("2026-12-05-g", f"RM-{fmt}-qwen3-32b"), f"RM-{fmt}-qwen3-32b", ["2026-12-05-g"] * 3
-        )
-        for fmt in ("fp8_dynamic", "w8a8_int8")
-    },
+    (model, fmt): _h100_tuned(model, fmt, *where)
+    for model, fmt, *where in (
+        ("qwen3-8b", "fp8_dynamic", C, [C, C, C]),
+        ("qwen3-8b", "w8a8_int8", C, [C, C, C]),
+        ("qwen3-8b", "block_fp8", D, [D, D, D]),
+        ("llama-3.1-8b", "fp8_dynamic", C, [D, E, E]),
+        ("qwen3-14b", "fp8_dynamic", E, [E, E, E], "CP"),
+        ("qwen3-14b", "w8a8_int8", E, [E, F, F]),
+        ("llama-3.1-8b", "block_fp8", F, [F, F, F]),
+        ("llama-3.1-8b", "w8a8_int8", F, [F, G, G]),
+        ("qwen3-32b", "fp8_dynamic", G, [G, G, G]),
+        ("qwen3-32b", "w8a8_int8", G, [G, G, G]),
+    )
 }
 
 

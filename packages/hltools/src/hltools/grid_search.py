@@ -95,6 +95,11 @@ Compiler = Callable[[Sequence[Job]], None]
 CompileOne = Callable[[Job], "str | None"]
 
 
+def _short(exc: BaseException) -> str:
+    """An error as a key's failure reason: its type and the first 300 characters of its message."""
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
 def bucket_of(m: int) -> tuple[int, ...]:
     """The :data:`M_BUCKETS` bucket holding ``m`` (``(m,)`` for an M in none)."""
     return next((b for b in M_BUCKETS if m in b), (m,))
@@ -376,7 +381,7 @@ class GridSearch:
             try:
                 times = self.time(fmt, self._search_m[group], n, k, configs)
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory drawing one shape's copies
-                self._failed.setdefault(group, f"{type(exc).__name__}: {str(exc)[:300]}")
+                self._failed.setdefault(group, _short(exc))
                 times = [math.inf] * len(configs)
             return list(zip(times, configs, strict=True))
 
@@ -480,7 +485,7 @@ class GridSearch:
             except Exception as exc:  # noqa: BLE001 - e.g. a compile worker killed: a rerun retries
                 for g in self._groups:
                     if g not in self._ranked:
-                        self._failed.setdefault(g, f"{type(exc).__name__}: {str(exc)[:300]}")
+                        self._failed.setdefault(g, _short(exc))
                         self._ranked[g] = []
         if group in self._failed:
             raise RuntimeError(
