@@ -62,7 +62,7 @@ from hlcore.config_store import (
 from hlcore.formats import FORMAT_NAMES, get_format
 from hlcore.scaled_mm_config import check_scaled_mm_config
 from hltools.bench_compare import runs_helion
-from hltools.bench_configs import MARGIN, PROVENANCE_FIELDS, earlier_provenance, fallback_mark
+from hltools.bench_configs import PROVENANCE_FIELDS, earlier_provenance, fallback_mark
 from hltools.format_names import check_formats
 from hltools.provenance import versions
 from hltools.results import ResultTable, cell, geomean
@@ -236,7 +236,7 @@ class CheckResult:
         rule (:func:`hltools.bench_configs.fallback_mark`) over this one process."""
         if self.helion_us is None or self.fallback_us is None:
             return False
-        return fallback_mark([self.helion_us / self.fallback_us], MARGIN)
+        return fallback_mark([self.helion_us / self.fallback_us])
 
     def stats(self) -> dict[str, Any]:
         out = {

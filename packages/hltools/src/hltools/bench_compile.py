@@ -87,9 +87,9 @@ def _compile_inputs(job: CompileJob, m: int, device: str) -> GemmInputs:
     def q(rows):
         if dtype == torch.int8:
             return torch.randint(-127, 128, (rows, job.k), dtype=dtype, device=device)
-        # bytes 0x00-0x6f: finite, non-negative values of every float8 format (no inf/NaN patterns)
         if dtype.itemsize != 1:
             raise ValueError(f"{job.fmt}: operand dtype {dtype} is not one byte wide")
+        # bytes 0x00-0x6f: finite, non-negative values of every float8 format (no inf/NaN patterns)
         return torch.empty((rows, job.k), dtype=torch.uint8, device=device).random_(0, 0x70).view(dtype)
 
     sa = torch.rand(f.scale_a_shape(m, job.k), device=device) + 0.5
