@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU runs planned after 2026-12-05's ninth session (lab/results/2026-12-05-g), whose Qwen3-32B
+# W8A8_INT8 grid failed 2 keys with CUDA out of memory: 16 compile workers held 4.5-5.3 GiB each
+# beside the timing process (operands drawn through float32). 0da962f draws them in their one-byte
+# dtypes and gives cached blocks back after each job; what a worker holds now is unmeasured. New:
+#   MEM_LOG=1   any phase run with a sampler of every compute process's GPU memory (nvidia-smi
+#               --query-compute-apps, about every 0.3 s) into $OUT/mem-<phase>-<models>.csv (comes
+#               back as a file of its own), summarised after the phase by
+#               lab/scripts/gpu_mem_summary.py (the largest process: the timing one; the others'
+#               peaks: the compile workers; the largest sum at one sample)
+#   other phases: as in 2026-12-28.sh (CP, GR) and through it 2026-12-27.sh (GM, BM)
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   MEM_LOG=1 RT_MODELS=m RT_FORMAT=f [...] LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-29.sh GM
+# Order on an H100 SXM (1,800 s; every call names the kind held, planned before the first and sent
+# back to back):
+#   part.00..02 (bare); part.03 + dist with MEM_LOG=1 GM RT_MODELS=qwen3-32b RT_FORMAT=w8a8_int8
+#     GRID_LIMIT=200 LIMIT=210 RES=/tmp/gpu-runs-fresh, then GM RT_MODELS=qwen3-1.7b
+#     RT_FORMAT=fp8_dynamic KB_SHIPPED=1 GRID_LIMIT=260 KB_LIMIT=120 (MEM_LOG=1)
+#   BM qwen3-1.7b fp8_dynamic RB_RUNS="1 2 3" KB_LIMIT=110, then GM qwen3-1.7b w8a8_int8 KB_SHIPPED=1
+#   BM qwen3-1.7b w8a8_int8 RB_RUNS="1 2 3", then GM qwen3-4b fp8_dynamic KB_SHIPPED=1 with what is left
+# On an H200: 2026-12-28.sh's H200 order, MEM_LOG=1 on its CP phase.
+set -u
+here=$(dirname "$0")
+if [ "${MEM_LOG:-0}" != 1 ]; then
+    exec bash "$here/2026-12-28.sh" "$@"
+fi
+read -r -a models <<<"${RT_MODELS:-${RT_MODEL:-x}}"
+log=${OUT:-/tmp}/mem-$1-${RT_FORMAT:-x}-$(IFS=_; echo "${models[*]}")-$(date +%s).csv
+(
+    while :; do
+        t=$(date +%s.%N)
+        nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | sed "s/^/$t, /"
+        sleep 0.3
+    done
+) >"$log" &
+sampler=$!
+bash "$here/2026-12-28.sh" "$@"
+rc=$?
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+python3 "$here/../scripts/gpu_mem_summary.py" "$log"
+exit $rc
