@@ -213,6 +213,7 @@ def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
         gs, "parallel_compiler", lambda workers=None, on_done=None, block_scale_a="row": compiler
     )
     monkeypatch.setattr(gs, "GridSearch", recording_search)
+    monkeypatch.setattr(gs.os, "cpu_count", lambda: 16)
     monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
 
     def run(num_tokens):
@@ -223,7 +224,8 @@ def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
     result = run("1")
     assert result.exit_code == 0, result.output
     assert "3 tuned, 0 skipped" in result.output  # qkv = gate_up (768, 256), o (256, 256), down (256, 384)
-    assert "grid search: compile the grid (" in result.output and "of the run's" in result.output
+    flat = " ".join(result.output.split())  # the console wraps the long line
+    assert "grid search: compile the grid (" in flat and "; 16 compile workers; 0.0 s in all, of the run's" in flat
     assert len(searches) == 1 and len(searches[0]) == 3 and len(compiler.jobs) == 2
     result = run("1,4")
     assert result.exit_code == 0, result.output
@@ -700,3 +702,44 @@ def test_a_group_whose_refinements_raise_fails_its_keys_and_a_dying_search_is_no
         with pytest.raises(RuntimeError, match="failed: RuntimeError: a compile worker died"):
             dying.pick(fmt, n, k, m)
     assert len(calls) == 1 and timer.calls == []
+
+
+def test_compile_workers_are_capped_by_the_gpus_free_memory():
+    """Each worker is budgeted WORKER_GPU_BYTES plus twice the largest weight, all of them at most
+    half the free memory; never fewer than one, never more than asked."""
+    gib = 1024**3
+    weight = 51200 * 5120  # Qwen3-32B's gate_up, one byte per element
+    each = gs.WORKER_GPU_BYTES + 2 * weight
+    assert gs.compile_workers_for_memory(15, 79 * gib, weight) == 15  # an 80 GiB GPU: not capped
+    assert gs.compile_workers_for_memory(31, 22 * gib, weight) == int(11 * gib // each) == 7
+    assert gs.compile_workers_for_memory(8, 1 * gib, weight) == 1
+    with pytest.raises(ValueError, match="workers must be at least 1, got 0"):
+        gs.compile_workers_for_memory(0, 22 * gib, weight)
+
+
+@pytest.mark.parametrize("alongside", [True, False])
+def test_make_grid_tuner_gives_the_search_the_workers_the_gpu_has_room_for(monkeypatch, alongside):
+    """make_grid_tuner on a GPU with 22 GiB free and 32 CPUs: the pool (or the compiler) gets the
+    capped count, and the stage line says how many and why; with room for all, just how many. The
+    timer, the checks' configs and the pools are faked (no GPU here)."""
+    gib = 1024**3
+    pools, compilers = [], []
+    monkeypatch.setattr(gs, "gpu_timer", lambda *a, **kw: CostModel())
+    monkeypatch.setattr(gs, "check_configs", lambda keys, block_scale_a="row": {})
+    monkeypatch.setattr(gs, "compile_pool", lambda workers: pools.append(workers) or (lambda: None))
+    monkeypatch.setattr(
+        gs, "parallel_compiler", lambda workers, block_scale_a="row": compilers.append(workers) or Recorder()
+    )
+    keys = [at.TuneKey("fp8_dynamic", 51200, 5120, m) for m in (1, 2)]
+    asked = 31 if alongside else 32
+    for free, want, note in [
+        (22 * gib, 7, f"7 compile workers, not {asked}: 1.5 GiB budgeted each, at most 50% of the GPU's 22.0 GiB free"),
+        (139 * gib, asked, f"{asked} compile workers"),
+    ]:
+        monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+        monkeypatch.setattr("torch.cuda.mem_get_info", lambda free=free: (free, 80 * gib))
+        tune = gs.make_grid_tuner(keys, compile_workers=32, alongside=alongside)
+        assert tune.search.workers_note == note
+        assert (pools if alongside else compilers)[-1] == want
+        assert tune.search.stage_report() == f"grid search: {note}; 0.0 s in all"
+    assert not (compilers if alongside else pools)
