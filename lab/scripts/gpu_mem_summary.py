@@ -13,12 +13,13 @@ from __future__ import annotations
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 
 def summary(path: str) -> str:
     peak: dict[int, float] = defaultdict(float)
     at: dict[str, float] = defaultdict(float)
-    for line in open(path, encoding="utf-8"):
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != 3 or not parts[2].replace(".", "").isdigit():
             continue
@@ -30,7 +31,9 @@ def summary(path: str) -> str:
     main = max(peak, key=peak.get)
     others = sorted(v for p, v in peak.items() if p != main)
     gib = 1024.0
-    line = f"{path}: {len(at)} samples, {len(peak)} processes; largest (pid {main}) {peak[main] / gib:.2f} GiB"
+    line = (
+        f"{path}: {len(at)} samples, {len(peak)} processes; largest (pid {main}) {peak[main] / gib:.2f} GiB"
+    )
     if others:
         line += (
             f"; the other {len(others)} peak {others[0] / gib:.2f}-{others[-1] / gib:.2f} GiB"

@@ -90,3 +90,39 @@ def test_compile_operands_are_drawn_without_a_wider_copy_of_the_weight(fmt):
         wide = t.float()
         assert t.dtype == getattr(torch, bench_compile.get_format(fmt).operand_dtype)
         assert torch.isfinite(wide).all() and wide.abs().max() <= 448 and wide.std() > 0
+
+
+def test_bench_precompile_starts_fewer_workers_where_the_gpus_free_memory_is_small(monkeypatch):
+    """``bench kernels``' precompile asks for 16 processes; with 22 GiB free and Qwen3-32B's
+    gate_up (N 51200, K 5120) it starts 7 and says why; with 139 GiB free all 16, silently. The
+    jobs and the pool are faked (no GPU here)."""
+    import io
+
+    from rich.console import Console
+
+    from hltools.commands import bench_kernels
+
+    gib = 1024**3
+    started = []
+    monkeypatch.setattr(bench_compile, "compile_jobs", lambda shapes, **kw: ["job"])
+    monkeypatch.setattr(
+        bench_compile, "precompile", lambda todo, workers, on_done: started.append(workers) or {}
+    )
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    shapes = [BenchShape("qwen3-32b", "fp8_dynamic", "gate_up", 51200, 5120, (1, 2)),
+              BenchShape("qwen3-32b", "fp8_dynamic", "o", 5120, 8192, (1, 2))]  # fmt: skip
+    for free, want, said in [
+        (
+            22 * gib,
+            7,
+            "precompiling with 7 processes, not 16: 1.5 GiB budgeted each, at most 50% of the GPU's 22.0 GiB free",
+        ),
+        (139 * gib, 16, None),
+    ]:
+        monkeypatch.setattr("torch.cuda.mem_get_info", lambda free=free: (free, 140 * gib))
+        text = io.StringIO()
+        bench_kernels._precompile(Console(file=text, width=300), shapes, {}, "bf16", 16, {}, 0.0)
+        assert started[-1] == want
+        out = " ".join(text.getvalue().split())
+        assert "precompiled 1 kernels in" in out and f"with {want} processes" in out
+        assert (said in out) if said else "not 16" not in out

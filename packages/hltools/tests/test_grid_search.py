@@ -12,6 +12,7 @@ from hlcore import config_store as cs
 from hlcore import scaled_mm_config as smc
 from hlcore.scaled_mm_config import check_scaled_mm_config, default_scaled_mm_config
 from hltools import autotune as at
+from hltools import bench_compile as bc
 from hltools import grid_search as gs
 from hltools.cli import app
 
@@ -225,7 +226,10 @@ def test_cli_grid_searches_only_the_keys_still_to_tune(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "3 tuned, 0 skipped" in result.output  # qkv = gate_up (768, 256), o (256, 256), down (256, 384)
     flat = " ".join(result.output.split())  # the console wraps the long line
-    assert "grid search: compile the grid (" in flat and "; 16 compile workers; 0.0 s in all, of the run's" in flat
+    assert (
+        "grid search: compile the grid (" in flat
+        and "; 16 compile workers; 0.0 s in all, of the run's" in flat
+    )
     assert len(searches) == 1 and len(searches[0]) == 3 and len(compiler.jobs) == 2
     result = run("1,4")
     assert result.exit_code == 0, result.output
@@ -705,16 +709,16 @@ def test_a_group_whose_refinements_raise_fails_its_keys_and_a_dying_search_is_no
 
 
 def test_compile_workers_are_capped_by_the_gpus_free_memory():
-    """Each worker is budgeted WORKER_GPU_BYTES plus twice the largest weight, all of them at most
+    """hltools.bench_compile.workers_for_memory: Each worker is budgeted WORKER_GPU_BYTES plus twice the largest weight, all of them at most
     half the free memory; never fewer than one, never more than asked."""
     gib = 1024**3
     weight = 51200 * 5120  # Qwen3-32B's gate_up, one byte per element
-    each = gs.WORKER_GPU_BYTES + 2 * weight
-    assert gs.compile_workers_for_memory(15, 79 * gib, weight) == 15  # an 80 GiB GPU: not capped
-    assert gs.compile_workers_for_memory(31, 22 * gib, weight) == int(11 * gib // each) == 7
-    assert gs.compile_workers_for_memory(8, 1 * gib, weight) == 1
+    each = bc.WORKER_GPU_BYTES + 2 * weight
+    assert bc.workers_for_memory(15, 79 * gib, weight) == 15  # an 80 GiB GPU: not capped
+    assert bc.workers_for_memory(31, 22 * gib, weight) == int(11 * gib // each) == 7
+    assert bc.workers_for_memory(8, 1 * gib, weight) == 1
     with pytest.raises(ValueError, match="workers must be at least 1, got 0"):
-        gs.compile_workers_for_memory(0, 22 * gib, weight)
+        bc.workers_for_memory(0, 22 * gib, weight)
 
 
 @pytest.mark.parametrize("alongside", [True, False])
@@ -733,7 +737,11 @@ def test_make_grid_tuner_gives_the_search_the_workers_the_gpu_has_room_for(monke
     keys = [at.TuneKey("fp8_dynamic", 51200, 5120, m) for m in (1, 2)]
     asked = 31 if alongside else 32
     for free, want, note in [
-        (22 * gib, 7, f"7 compile workers, not {asked}: 1.5 GiB budgeted each, at most 50% of the GPU's 22.0 GiB free"),
+        (
+            22 * gib,
+            7,
+            f"7 compile workers, not {asked}: 1.5 GiB budgeted each, at most 50% of the GPU's 22.0 GiB free",
+        ),
         (139 * gib, asked, f"{asked} compile workers"),
     ]:
         monkeypatch.setattr("torch.cuda.is_available", lambda: True)

@@ -605,45 +605,13 @@ def _compile_job(job: Job, block_scale_a: str):
     )
 
 
-#: GPU memory budgeted to one compile worker besides its operands: its CUDA context and Triton's
-#: and Helion's state (an estimate; lab/runs/2026-12-29.sh's MEM_LOG measures what a worker holds)
-WORKER_GPU_BYTES = 1 << 30
-#: The share of the GPU's free memory the compile workers may take together; the timing process
-#: keeps the rest (one shape's weight copies larger than L2, each drawn through float32).
-WORKER_MEMORY_SHARE = 0.5
-
-
-def compile_workers_for_memory(workers: int, free_bytes: int, largest_weight_bytes: int) -> int:
-    """How many of ``workers`` compile workers fit beside the timing process on one GPU: each is
-    budgeted :data:`WORKER_GPU_BYTES` plus twice ``largest_weight_bytes`` (the largest N x K of the
-    run, one byte per element: its weight operand and the caching allocator's slack), together at
-    most :data:`WORKER_MEMORY_SHARE` of ``free_bytes`` (the GPU's free memory before the search);
-    at least 1. Every worker has its own CUDA context on the timing GPU, and one per CPU is many on
-    a small GPU (2026-12-05-g: 16 workers holding 4.5-5.3 GiB each ran an 80 GiB GPU out of memory)."""
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    per_worker = WORKER_GPU_BYTES + 2 * largest_weight_bytes
-    return max(1, min(workers, int(free_bytes * WORKER_MEMORY_SHARE) // per_worker))
-
-
 def _workers_on_this_gpu(workers: int, keys: Sequence[Any]) -> tuple[int, str]:
-    """``workers`` capped by :func:`compile_workers_for_memory` on the current CUDA GPU, and the
-    stage line's note naming them (and the cap, when it binds); no CUDA device (a faked timer): not
-    capped."""
-    import torch
+    """``workers`` capped by :func:`hltools.bench_compile.workers_for_gpu_memory` on the current
+    CUDA GPU, and the stage line's note naming them (and why fewer, when the cap binds)."""
+    from hltools.bench_compile import workers_for_gpu_memory
 
-    if not torch.cuda.is_available():
-        return workers, f"{workers} compile workers"
-    free, _ = torch.cuda.mem_get_info()
-    largest = max(k.n * k.k for k in keys)
-    capped = compile_workers_for_memory(workers, free, largest)
-    if capped == workers:
-        return workers, f"{workers} compile workers"
-    each = (WORKER_GPU_BYTES + 2 * largest) / 1024**3
-    return capped, (
-        f"{capped} compile workers, not {workers}: {each:.1f} GiB budgeted each, at most"
-        f" {WORKER_MEMORY_SHARE:.0%} of the GPU's {free / 1024**3:.1f} GiB free"
-    )
+    capped, why = workers_for_gpu_memory(workers, max(k.n * k.k for k in keys))
+    return capped, f"{capped} compile workers" + (f", not {workers}: {why}" if why else "")
 
 
 def compile_pool(workers: int) -> Callable[[], Any]:
@@ -687,7 +655,7 @@ def make_grid_tuner(
     """The GPU's grid search over ``keys`` (:class:`hltools.autotune.TuneKey`) as a tuner
     (:func:`grid_tuner`): :func:`gpu_timer` on the current CUDA GPU, ``compile_workers`` compile
     processes (default one per CPU; a sharded run gives each GPU's worker its share; fewer where the
-    GPU's free memory budgets fewer: :func:`compile_workers_for_memory`), hlcore's kernel cache on (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
+    GPU's free memory budgets fewer: :func:`hltools.bench_compile.workers_for_gpu_memory`), hlcore's kernel cache on (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
     (:func:`parallel_compiler`), or with ``alongside`` while the GPU times the groups already built
     (:func:`compile_pool`, one CPU fewer: the timing process keeps one); each key's untuned pick,
     which its check times, compiled with them (:func:`check_configs`)."""

@@ -173,12 +173,17 @@ def _precompile(
     start,
     block_scale_a: str = "row",
 ) -> None:
-    """Compile every kernel the timed loop runs in ``workers`` processes first (warm on-disk caches)."""
+    """Compile every kernel the timed loop runs in ``workers`` processes first (warm on-disk caches),
+    fewer where the GPU's free memory budgets fewer (:func:`hltools.bench_compile.workers_for_gpu_memory`)."""
     from hltools import bench_compile
 
     todo = bench_compile.compile_jobs(
         shapes, out_dtype=out_dtype, candidates=candidates, block_scale_a=block_scale_a
     )
+    asked = workers
+    workers, why = bench_compile.workers_for_gpu_memory(workers, max(s.n * s.k for s in shapes))
+    if why:
+        out.print(f"precompiling with {workers} processes, not {asked}: {why}")
     with opt.progress(out, "precompiling") as pre:
         ptask = pre.add_task("precompile", total=len(todo))
         errors = bench_compile.precompile(todo, workers, on_done=lambda job, err: pre.advance(ptask))
