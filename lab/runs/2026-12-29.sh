@@ -2,12 +2,14 @@
 # The GPU runs planned after 2026-12-05's ninth session (lab/results/2026-12-05-g), whose Qwen3-32B
 # W8A8_INT8 grid failed 2 keys with CUDA out of memory: 16 compile workers held 4.5-5.3 GiB each
 # beside the timing process (operands drawn through float32). 0da962f draws them in their one-byte
-# dtypes and gives cached blocks back after each job; what a worker holds now is unmeasured. New:
-#   MEM_LOG=1   any phase run with a sampler of every compute process's GPU memory (nvidia-smi
-#               --query-compute-apps, about every 0.3 s) into $OUT/mem-<phase>-<models>.csv (comes
-#               back as a file of its own), summarised after the phase by
-#               lab/scripts/gpu_mem_summary.py (the largest process: the timing one; the others'
-#               peaks: the compile workers; the largest sum at one sample)
+# dtypes and gives cached blocks back after each job, and 57ad97f / 243f5e0 cap the workers by the
+# GPU's free memory at an estimated 1 GiB plus twice the largest weight each; what a worker holds
+# is unmeasured. New:
+#   MEM_LOG=1   any phase run with a sampler of the GPU's memory (about every 0.3 s: every compute
+#               process's, with its parent pid, and the GPU's in all) into
+#               $OUT/mem-<phase>-<format>-<models>-<unix time>.csv (it comes back as a file of its
+#               own), summarised after the phase by lab/scripts/gpu_mem_summary.py: per run (the
+#               grid, then bench kernels, ...) its own peak, its workers' peaks and their largest sum
 #   other phases: as in 2026-12-28.sh (CP, GR) and through it 2026-12-27.sh (GM, BM)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   MEM_LOG=1 RT_MODELS=m RT_FORMAT=f [...] LIMIT=s RES=/tmp/gpu-runs bash lab/runs/2026-12-29.sh GM
@@ -15,25 +17,36 @@
 # back to back):
 #   part.00..02 (bare); part.03 + dist with MEM_LOG=1 GM RT_MODELS=qwen3-32b RT_FORMAT=w8a8_int8
 #     GRID_LIMIT=200 LIMIT=210 RES=/tmp/gpu-runs-fresh, then GM RT_MODELS=qwen3-1.7b
-#     RT_FORMAT=fp8_dynamic KB_SHIPPED=1 GRID_LIMIT=260 KB_LIMIT=120 (MEM_LOG=1)
-#   BM qwen3-1.7b fp8_dynamic RB_RUNS="1 2 3" KB_LIMIT=110, then GM qwen3-1.7b w8a8_int8 KB_SHIPPED=1
+#     RT_FORMAT=fp8_dynamic KB_SHIPPED=1 GRID_LIMIT=240 KB_LIMIT=110 LIMIT=340 (MEM_LOG=1)
+#   BM qwen3-1.7b fp8_dynamic RB_RUNS="1 2 3" KB_LIMIT=100 LIMIT=300, then GM qwen3-1.7b w8a8_int8
+#     KB_SHIPPED=1 GRID_LIMIT=220 KB_LIMIT=100 LIMIT=280
 #   BM qwen3-1.7b w8a8_int8 RB_RUNS="1 2 3", then GM qwen3-4b fp8_dynamic KB_SHIPPED=1 with what is left
 # On an H200: 2026-12-28.sh's H200 order, MEM_LOG=1 on its CP phase.
 set -u
 here=$(dirname "$0")
+phase=${1:?the phase to run: GM, BM, CP, GR, ...}
 if [ "${MEM_LOG:-0}" != 1 ]; then
     exec bash "$here/2026-12-28.sh" "$@"
 fi
 read -r -a models <<<"${RT_MODELS:-${RT_MODEL:-x}}"
-log=${OUT:-/tmp}/mem-$1-${RT_FORMAT:-x}-$(IFS=_; echo "${models[*]}")-$(date +%s).csv
-(
+name=$(IFS=_; echo "$phase-${RT_FORMAT:-x}-${models[*]}" | tr -c 'A-Za-z0-9._\n-' _)
+log=${OUT:-/tmp}/mem-$name-$(date +%s).csv
+pids=$(mktemp)
+sample() {
     while :; do
         t=$(date +%s.%N)
-        nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | sed "s/^/$t, /"
+        ps -eo pid=,ppid= >"$pids"
+        nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+            awk -v t="$t" 'NR == FNR { pp[$1] = $2; next }
+                { sub(/,/, "", $1); print t ", " $1 ", " (($1 in pp) ? pp[$1] : 0) ", " $2 }' "$pids" -
+        nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n 1 | sed "s/^/$t, gpu, /"
         sleep 0.3
     done
-) >"$log" &
+}
+sample >"$log" &
 sampler=$!
+trap 'kill "$sampler" 2>/dev/null; rm -f "$pids"' EXIT
+trap 'exit 143' TERM INT
 bash "$here/2026-12-28.sh" "$@"
 rc=$?
 kill "$sampler" 2>/dev/null

@@ -93,9 +93,9 @@ def test_compile_operands_are_drawn_without_a_wider_copy_of_the_weight(fmt):
 
 
 def test_bench_precompile_starts_fewer_workers_where_the_gpus_free_memory_is_small(monkeypatch):
-    """``bench kernels``' precompile asks for 16 processes; with 22 GiB free and Qwen3-32B's
-    gate_up (N 51200, K 5120) it starts 7 and says why; with 139 GiB free all 16, silently. The
-    jobs and the pool are faked (no GPU here)."""
+    """``bench kernels``' precompile asks for 16 processes; with 16 GiB free and Qwen3-32B's
+    gate_up (N 51200, K 5120) it starts 10 (all the free memory: nothing times beside them) and
+    says why; with 139 GiB free all 16, silently. The jobs and the pool are faked (no GPU here)."""
     import io
 
     from rich.console import Console
@@ -113,9 +113,9 @@ def test_bench_precompile_starts_fewer_workers_where_the_gpus_free_memory_is_sma
               BenchShape("qwen3-32b", "fp8_dynamic", "o", 5120, 8192, (1, 2))]  # fmt: skip
     for free, want, said in [
         (
-            22 * gib,
-            7,
-            "precompiling with 7 processes, not 16: 1.5 GiB budgeted each, at most 50% of the GPU's 22.0 GiB free",
+            16 * gib,
+            10,
+            "precompiling with 10 processes, not 16: 1.5 GiB budgeted each, within the GPU's 16.0 GiB free",
         ),
         (139 * gib, 16, None),
     ]:

@@ -77,41 +77,45 @@ def compile_jobs(
 #: GPU memory budgeted to one compile worker besides its operands: its CUDA context and Triton's
 #: and Helion's state (an estimate; lab/runs/2026-12-29.sh's MEM_LOG measures what one holds).
 WORKER_GPU_BYTES = 1 << 30
-#: The share of the GPU's free memory the compile workers may take together; the process that
-#: times keeps the rest (one shape's weight copies larger than L2, each drawn through float32).
+#: The share of the GPU's free memory compile workers may take together while a process times on
+#: the same GPU (the grid's compiles alongside its timing); that process keeps the rest (one
+#: shape's weight copies larger than L2, each drawn through float32).
 WORKER_MEMORY_SHARE = 0.5
 
 
-def workers_for_memory(workers: int, free_bytes: int, largest_weight_bytes: int) -> int:
-    """How many of ``workers`` compile workers fit beside the process that times on the same GPU
-    (the grid's search, ``bench kernels``' timed loop): each is budgeted :data:`WORKER_GPU_BYTES`
-    plus twice ``largest_weight_bytes`` (the run's largest N x K, one byte per element: its weight
-    operand and the caching allocator's slack), together at most :data:`WORKER_MEMORY_SHARE` of
-    ``free_bytes`` (the GPU's free memory before the workers start); at least 1. Every worker
-    holds its own CUDA context on that GPU, and one per CPU is many on a small GPU (2026-12-05-g:
-    16 grid workers holding 4.5-5.3 GiB each ran an 80 GiB GPU out of memory).
+def workers_for_memory(
+    workers: int, free_bytes: int, largest_weight_bytes: int, share: float = WORKER_MEMORY_SHARE
+) -> int:
+    """How many of ``workers`` compile workers fit on one GPU: each is budgeted
+    :data:`WORKER_GPU_BYTES` plus twice ``largest_weight_bytes`` (the run's largest N x K, one byte
+    per element: its weight operand and the caching allocator's slack), together at most ``share``
+    of ``free_bytes`` (the GPU's free memory before the workers start: :data:`WORKER_MEMORY_SHARE`
+    where a process times beside them, as the grid's; 1.0 where nothing runs beside them, as
+    ``bench kernels``' precompile); at least 1. Every worker holds its own CUDA context on that GPU,
+    and one per CPU is many on a small GPU (2026-12-05-g: 16 grid workers holding 4.5-5.3 GiB each
+    ran an 80 GiB GPU out of memory).
 
     Raises ValueError when ``workers`` is below 1."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     per_worker = WORKER_GPU_BYTES + 2 * largest_weight_bytes
-    return max(1, min(workers, int(free_bytes * WORKER_MEMORY_SHARE) // per_worker))
+    return max(1, min(workers, int(free_bytes * share) // per_worker))
 
 
-def workers_for_gpu_memory(workers: int, largest_weight_bytes: int) -> tuple[int, str]:
+def workers_for_gpu_memory(
+    workers: int, largest_weight_bytes: int, share: float = WORKER_MEMORY_SHARE
+) -> tuple[int, str]:
     """:func:`workers_for_memory` on the current CUDA GPU's free memory: the count, and why fewer
     than ``workers`` (empty when the cap does not bind). No CUDA device: ``workers``, not capped."""
     if not torch.cuda.is_available():
         return workers, ""
     free, _ = torch.cuda.mem_get_info()
-    capped = workers_for_memory(workers, free, largest_weight_bytes)
+    capped = workers_for_memory(workers, free, largest_weight_bytes, share)
     if capped == workers:
         return workers, ""
     each = (WORKER_GPU_BYTES + 2 * largest_weight_bytes) / 1024**3
-    return capped, (
-        f"{each:.1f} GiB budgeted each, at most {WORKER_MEMORY_SHARE:.0%} of the GPU's"
-        f" {free / 1024**3:.1f} GiB free"
-    )
+    within = "" if share >= 1 else f"{share:.0%} of "
+    return capped, f"{each:.1f} GiB budgeted each, within {within}the GPU's {free / 1024**3:.1f} GiB free"
 
 
 def _compile_inputs(job: CompileJob, m: int, device: str) -> GemmInputs:

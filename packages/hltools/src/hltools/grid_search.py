@@ -655,7 +655,8 @@ def make_grid_tuner(
     """The GPU's grid search over ``keys`` (:class:`hltools.autotune.TuneKey`) as a tuner
     (:func:`grid_tuner`): :func:`gpu_timer` on the current CUDA GPU, ``compile_workers`` compile
     processes (default one per CPU; a sharded run gives each GPU's worker its share; fewer where the
-    GPU's free memory budgets fewer: :func:`hltools.bench_compile.workers_for_gpu_memory`), hlcore's kernel cache on (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
+    GPU's free memory budgets fewer: :func:`hltools.bench_compile.workers_for_gpu_memory`),
+    hlcore's kernel cache on (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
     (:func:`parallel_compiler`), or with ``alongside`` while the GPU times the groups already built
     (:func:`compile_pool`, one CPU fewer: the timing process keeps one); each key's untuned pick,
     which its check times, compiled with them (:func:`check_configs`)."""

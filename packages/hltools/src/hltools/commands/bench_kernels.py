@@ -181,7 +181,8 @@ def _precompile(
         shapes, out_dtype=out_dtype, candidates=candidates, block_scale_a=block_scale_a
     )
     asked = workers
-    workers, why = bench_compile.workers_for_gpu_memory(workers, max(s.n * s.k for s in shapes))
+    # nothing times beside the precompile (its pool is joined before the timed loop starts)
+    workers, why = bench_compile.workers_for_gpu_memory(workers, max(s.n * s.k for s in shapes), share=1.0)
     if why:
         out.print(f"precompiling with {workers} processes, not {asked}: {why}")
     with opt.progress(out, "precompiling") as pre:
