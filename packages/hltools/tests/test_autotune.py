@@ -535,7 +535,9 @@ def test_cli_default_effort_is_the_grid(tmp_path, monkeypatch, extra, expected):
     helion_tuner, grid_tuner = FakeTuner(), FakeTuner()
     monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", helion_tuner, fake_check))
     monkeypatch.setattr(
-        gs, "make_grid_tuner", lambda keys, seed, block_scale_a="row", alongside=False: grid_tuner
+        gs,
+        "make_grid_tuner",
+        lambda keys, seed, block_scale_a="row", compile_workers=None, alongside=False: grid_tuner,
     )
     from hltools.commands import autotune as cmd
 

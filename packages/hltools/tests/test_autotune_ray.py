@@ -179,7 +179,7 @@ def _fake_search(keys):
 
 def test_a_grid_run_is_one_task_per_shard_of_whole_shapes_with_the_nodes_cpus_per_gpu(cluster, tmp_path):
     """--effort grid on Ray: one task per shard (a shape's keys never on two tasks), each given the
-    GPU nodes' CPUs per GPU as compile workers; the saved configs are one search's over all keys;
+    GPU nodes' CPUs per GPU as compile workers (``--jobs``' value when given); the saved configs are one search's over all keys;
     each task's stage line reaches the driver; a budget spent starts no shard; a rerun resumes."""
     import json
 
@@ -218,6 +218,13 @@ def test_a_grid_run_is_one_task_per_shard_of_whole_shapes_with_the_nodes_cpus_pe
         budget_seconds=0,
     )
     assert spent.count("not run") == 9
+    jobs, _ = _run(
+        tmp_path / "j" / "nvidia_h200.json",
+        options=at.TuneOptions(effort="grid", compile_workers=5),
+        grid=grid,
+    )  # --jobs 5: each task's compile workers, whatever the node's CPUs
+    tasks = [json.loads(line) for line in log.read_text().splitlines()]
+    assert jobs.count("tuned") == 9 and len(tasks) == 4 and {t["workers"] for t in tasks[2:]} == {5}
 
 
 def test_a_grid_task_on_another_gpu_fails_its_keys(cluster, tmp_path):

@@ -137,15 +137,20 @@ def test_cli_rejects_more_gpus_than_visible(monkeypatch, tmp_path):
     assert result.exit_code == 2 and "3 GPUs asked for, 2 visible" in result.output
 
 
-@pytest.mark.parametrize("alongside", [False, True], ids=["compile-first", "compile-alongside"])
+@pytest.mark.parametrize(
+    ("alongside", "jobs"),
+    [(False, None), (True, None), (True, 6)],
+    ids=["compile-first", "compile-alongside", "compile-alongside-jobs-6"],
+)
 def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
-    fake_gpus, monkeypatch, tmp_path, capfd, alongside
+    fake_gpus, monkeypatch, tmp_path, capfd, alongside, jobs
 ):
     """--effort grid over two GPUs: each (format, N, K) is searched and compiled on one worker only,
     with cpus // workers compile processes, in one kernel cache directory set before the workers
     start; the saved configs are those of one search over all keys (the fake GPU times a config
     the same everywhere), and each worker prints its stage line. Compiling alongside the timing,
-    a worker's pool has one process fewer (the timing keeps a CPU)."""
+    a worker's pool has one process fewer (the timing keeps a CPU). ``--jobs 6`` (``compile_workers``):
+    six CPUs per GPU instead of the share."""
     import json
 
     from hltools import grid_search as gs
@@ -192,7 +197,8 @@ def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     monkeypatch.delenv("HL_KERNEL_CACHE_DIR", raising=False)
     path = tmp_path / "nvidia_h200.json"
-    summary = _run(path, ["0", "3"], options=at.TuneOptions(effort="grid", compile_alongside=alongside))
+    options = at.TuneOptions(effort="grid", compile_alongside=alongside, compile_workers=jobs)
+    summary = _run(path, ["0", "3"], options=options)
     assert summary.count("tuned") == 9
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     shape_gpus = {}
@@ -201,11 +207,12 @@ def test_a_grid_run_gives_each_gpu_whole_shapes_and_its_share_of_the_cpus(
             shape_gpus.setdefault(tuple(shape), set()).add(r["gpu"])
     assert len(shape_gpus) == 3 and all(len(g) == 1 for g in shape_gpus.values())
     assert {g for gs_ in shape_gpus.values() for g in gs_} == {"0", "3"}
+    cpus = jobs or 4  # 8 CPUs / 2 GPUs
     if alongside:
-        assert [r["workers"] for r in rows if r["kind"] == "pool"] == [3, 3]
+        assert [r["workers"] for r in rows if r["kind"] == "pool"] == [cpus - 1, cpus - 1]
         assert {r["workers"] for r in rows if r["kind"] == "compile"} == {"pool"}
     else:
-        assert {r["workers"] for r in rows if r["kind"] == "compile"} == {4}
+        assert {r["workers"] for r in rows if r["kind"] == "compile"} == {cpus}
         assert not [r for r in rows if r["kind"] == "pool"]
     assert len({r["cache"] for r in rows}) == 1 and rows[0]["cache"]
     keys = _keys()

@@ -527,6 +527,11 @@ def test_cli_compiles_alongside_by_default_and_says_so_in_the_resume_command(tmp
     assert "--compile-alongside" in result.output.split("rerun the same command")[1]
     result = runner.invoke(app, [*args, "--compile-alongside", "--effort", "quick"])
     assert result.exit_code == 2 and "only with --effort grid" in result.output
+    result = runner.invoke(app, [*args, "--jobs", "4"])  # 4 CPUs: 3 compile processes, 1 timing
+    assert result.exit_code == 1 and workers == [15, 3], result.output
+    assert "--jobs 4" in result.output.split("rerun the same command")[1]
+    result = runner.invoke(app, [*args, "--jobs", "4", "--effort", "quick"])
+    assert result.exit_code == 2 and "only with --effort grid" in result.output
 
 
 # --------------------------------------------------------------------------------------------

@@ -144,6 +144,10 @@ class TuneOptions:
     block_scale_a: str = "row"
     # the grid search compiles alongside the timing (hltools.grid_search.GridSearch's compile_pool)
     compile_alongside: bool = False
+    # the grid's CPUs per GPU (--jobs; its compile processes, one fewer alongside the timing); None:
+    # all, shared among the run's GPUs; either way fewer processes where the GPU's free memory is
+    # small (hltools.bench_compile.workers_for_memory)
+    compile_workers: int | None = None
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,9 @@ def run_on_ray(
                 share = remaining * slots / max(len(queue) + 1, 1)
                 opts = dataclasses.replace(options, budget_seconds=max(1, int(share)))
             if options.effort == "grid":
-                ref = task.remote([keys[i] for i in ids], opts, gpu_name, backend, grid, workers)
+                ref = task.remote(
+                    [keys[i] for i in ids], opts, gpu_name, backend, grid, options.compile_workers or workers
+                )
             else:
                 ref = task.remote(keys[ids[0]], opts, gpu_name, backend)
             running[ref] = ids

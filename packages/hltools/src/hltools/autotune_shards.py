@@ -146,7 +146,7 @@ def run_sharded(
         from hltools import grid_search
 
         parts = grid_search.shard_groups(todo, len(gpus))
-        compile_workers = max(1, (os.cpu_count() or 1) // max(len(parts), 1))
+        compile_workers = options.compile_workers or max(1, (os.cpu_count() or 1) // max(len(parts), 1))
         grid_search.use_run_kernel_cache()  # before the workers start: they share it
     else:
         parts = shard_keys(todo, len(gpus))

@@ -37,8 +37,8 @@ EffortOption = Annotated[
     Effort | None,
     typer.Option(
         help="grid: every config of the decode search space (hltools.grid_search), one search per "
-        "(format, N, K, M bucket), all compiled first in one worker process per CPU, on this "
-        "machine's GPUs (--gpus) or a Ray cluster's (--ray), whole shapes per GPU. quick / full: "
+        "(format, N, K, M bucket), compiled in one worker process per CPU (--jobs) alongside the "
+        "timing, on this machine's GPUs (--gpus) or a Ray cluster's (--ray), whole shapes per GPU. quick / full: "
         "Helion's autotuner at that effort, per key. Default: grid."
     ),
 ]
@@ -104,6 +104,16 @@ CompileAlongside = Annotated[
         "picks either way (docs/tuning.md). --effort quick/full compile their own candidates.",
     ),
 ]
+CompileJobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        min=1,
+        help="Grid search: CPUs per GPU (default: all of them, shared among the GPUs): that many compile "
+        "processes, one fewer when they compile alongside the timing (which keeps one); fewer still where "
+        "a GPU's free memory is small (docs/tuning.md).",
+    ),
+]
 Gpu = Annotated[
     str | None,
     typer.Option(
@@ -131,6 +141,7 @@ def autotune(
     ray: RayAddress = None,
     block_scale_a: BlockScaleA = "auto",
     compile_alongside: CompileAlongside = None,
+    jobs: CompileJobs = None,
 ) -> None:
     """Tune the Helion scaled GEMM for every (format, N, K, M) of a model on this GPU.
 
@@ -183,6 +194,11 @@ def autotune(
             f"only with --effort grid (Helion's autotuner compiles its own candidates); got {effort.value}",
             param_hint="--compile-alongside",
         )
+    if jobs is not None and effort != Effort.grid:
+        raise typer.BadParameter(
+            f"only with --effort grid (Helion's autotuner compiles its own candidates); got {effort.value}",
+            param_hint="--jobs",
+        )
     compile_alongside = effort == Effort.grid if compile_alongside is None else compile_alongside
     if ray is not None:
         _autotune_on_ray(
@@ -200,6 +216,7 @@ def autotune(
             effort,
             seed,
             compile_alongside,
+            jobs,
         )
         return
     backend = at.gpu_backend()
@@ -211,7 +228,7 @@ def autotune(
         )
     output = output if output is not None else _default_output()
     command = _resume_command(
-        model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a, compile_alongside
+        model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a, compile_alongside, jobs
     )
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
@@ -220,7 +237,11 @@ def autotune(
         from hltools import grid_search
 
         tune = grid_search.make_grid_tuner(
-            _keys_to_tune(keys, path, force, block_scale_a), seed, block_scale_a, alongside=compile_alongside
+            _keys_to_tune(keys, path, force, block_scale_a),
+            seed,
+            block_scale_a,
+            compile_workers=jobs,
+            alongside=compile_alongside,
         )
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
@@ -229,7 +250,11 @@ def autotune(
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
     budget = None if budget_minutes is None else budget_minutes * 60
     options = at.TuneOptions(
-        effort=effort.value, seed=seed, block_scale_a=block_scale_a, compile_alongside=compile_alongside
+        effort=effort.value,
+        seed=seed,
+        block_scale_a=block_scale_a,
+        compile_alongside=compile_alongside,
+        compile_workers=jobs,
     )
     if len(gpu_ids) > 1:
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
@@ -282,7 +307,17 @@ def _report(out: Console, summary, command: str) -> None:
 
 
 def _resume_command(
-    model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a="row", alongside=False
+    model,
+    fmts,
+    tps,
+    tokens,
+    effort,
+    seed,
+    output,
+    budget_minutes,
+    block_scale_a="row",
+    alongside=False,
+    jobs=None,
 ) -> str:
     """The command line that reruns this tuning (without --force: a rerun resumes)."""
     parts = [
@@ -301,6 +336,7 @@ def _resume_command(
     parts += ["--block-scale-a", block_scale_a]  # explicit: the default follows HL_DISPATCH_AT
     if effort == Effort.grid:
         parts += ["--compile-alongside" if alongside else "--compile-first"]
+        parts += ["--jobs", str(jobs)] if jobs is not None else []
     return shlex.join(parts)
 
 
@@ -336,7 +372,21 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
 
 
 def _autotune_on_ray(
-    out, address, keys, output, gpus, force, budget_minutes, model, fmts, tps, tokens, effort, seed, alongside
+    out,
+    address,
+    keys,
+    output,
+    gpus,
+    force,
+    budget_minutes,
+    model,
+    fmts,
+    tps,
+    tokens,
+    effort,
+    seed,
+    alongside,
+    jobs,
 ):
     """``autotune --ray``: the run on the cluster, its table and counts (exit 1 if a key failed)."""
     from hltools import autotune as at
@@ -347,11 +397,11 @@ def _autotune_on_ray(
         )
     output = output if output is not None else _default_output()
     command = _resume_command(
-        model, fmts, tps, tokens, effort, seed, output, budget_minutes, alongside=alongside
+        model, fmts, tps, tokens, effort, seed, output, budget_minutes, alongside=alongside, jobs=jobs
     )
     command += f" --ray {shlex.quote(address)}"
     budget = None if budget_minutes is None else budget_minutes * 60
-    options = at.TuneOptions(effort.value, seed, compile_alongside=alongside)
+    options = at.TuneOptions(effort.value, seed, compile_alongside=alongside, compile_workers=jobs)
     _report(out, _tune_on_ray(out, address, keys, output, command, options, force, budget, model), command)
 
 
