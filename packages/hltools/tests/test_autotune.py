@@ -302,6 +302,25 @@ def test_cli_no_gpu_exits_2_with_a_clear_message(no_gpu, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(("name", "capability"), [("NVIDIA L40S", (8, 9)), ("NVIDIA B200", (10, 0))])
+def test_cli_on_a_gpu_hlvllm_does_not_run_on_exits_2_before_tuning(monkeypatch, tmp_path, name, capability):
+    """hlvllm's kernels run on SM90 alone: on another GPU the run stops at once (exit 2, why) and
+    writes nothing, where it would have spent minutes on configs the plugin never reads; on an
+    SM90 GPU the backend is the real tuner and checker."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    sm = "SM{}{}".format(*capability)
+    with pytest.raises(at.AutotuneError, match=f"^{name} is {sm}: hlvllm's kernels run on SM90 GPUs only"):
+        at.gpu_backend()
+    result = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--output", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"{name} is {sm}" in " ".join(result.output.split()) and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert at.gpu_backend() == ("NVIDIA H200", at.helion_tuner, at.gpu_checker)
+
+
 def test_cli_list_prints_keys_with_tp_and_max_helion_size(no_gpu, monkeypatch):
     from hlvllm.settings import get_settings
 

@@ -85,8 +85,14 @@ def _run(path, backend=h200_backend, **kw):
     return summary, done
 
 
+def l40s_backend():
+    raise at.AutotuneError("NVIDIA L40S is SM89: hlvllm's kernels run on SM90 GPUs only")
+
+
 def test_keys_are_tuned_on_the_clusters_gpus_and_saved_by_the_driver(cluster, tmp_path):
     assert autotune_ray.gpu_name_of_cluster(ray, h200_backend) == "nvidia_h200"
+    with pytest.raises(at.AutotuneError, match="^the Ray cluster's GPU: NVIDIA L40S is SM89: hlvllm"):
+        autotune_ray.gpu_name_of_cluster(ray, l40s_backend)  # said by the probe, not a task's traceback
     path = tmp_path / "nvidia_h200.json"
     summary, done = _run(path)
     assert [s.key for s in summary.statuses] == _keys()  # in the keys' order, whatever order they ran in

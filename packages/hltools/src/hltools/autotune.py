@@ -503,12 +503,22 @@ def output_path(output: Path, gpu_name: str) -> Path:
 # The GPU implementations (not runnable without a CUDA GPU)
 # --------------------------------------------------------------------------------------------
 def gpu_backend() -> tuple[str, Tuner, Checker] | None:
-    """``(raw GPU name, tuner, checker)`` on a CUDA machine, else None (the CLI then exits 2)."""
+    """``(raw GPU name, tuner, checker)`` on a CUDA machine, else None (the CLI then exits 2).
+
+    Raises :class:`AutotuneError` on a GPU other than SM90: hlvllm's kernels run on SM90 alone
+    (``hlvllm.support.helion_supported``), so a file tuned there would never be read."""
     import torch
 
     if not torch.cuda.is_available():
         return None
-    return torch.cuda.get_device_name(), helion_tuner, gpu_checker
+    name = torch.cuda.get_device_name()
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        raise AutotuneError(
+            f"{name} is SM{major}{minor}: hlvllm's kernels run on SM90 GPUs only (H100, H200, H20, GH200;"
+            " hlvllm.support), so configs tuned on it would never be used; tune on an SM90 GPU"
+        )
+    return name, helion_tuner, gpu_checker
 
 
 def _kernel_args(inputs: dict[str, Any]) -> tuple:

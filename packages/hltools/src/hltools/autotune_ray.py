@@ -79,9 +79,14 @@ def connect(address: str, **init_kwargs: Any):
     return ray
 
 
-def _probe(backend: Backend) -> str | None:
-    found = backend()
-    return None if found is None else found[0]
+def _probe(backend: Backend) -> tuple[str | None, str | None]:
+    """The task's GPU name (None: no usable GPU) and why it cannot tune (a GPU hlvllm does not run
+    on: :func:`hltools.autotune.gpu_backend`'s error), returned rather than raised from the task."""
+    try:
+        found = backend()
+    except at.AutotuneError as exc:
+        return None, str(exc)
+    return (None if found is None else found[0]), None
 
 
 def _tune_task(key: at.TuneKey, options: at.TuneOptions, gpu_name: str, backend: Backend) -> at.KeyStatus:
@@ -147,11 +152,14 @@ def cpus_per_gpu(ray) -> int:
 
 def gpu_name_of_cluster(ray, backend: Backend = at.gpu_backend) -> str:
     """The canonical GPU name of the cluster, from one probe task on a GPU;
-    :class:`hltools.autotune.AutotuneError` when the cluster has no GPU or the probe finds none."""
+    :class:`hltools.autotune.AutotuneError` when the cluster has no GPU, the probe finds none, or
+    finds one hlvllm does not run on (not SM90)."""
     gpus = int(ray.cluster_resources().get("GPU", 0))
     if gpus < 1:
         raise at.AutotuneError("the Ray cluster has no GPU (ray.cluster_resources() lists none)")
-    name = ray.get(ray.remote(num_gpus=1)(_probe).remote(backend))
+    name, error = ray.get(ray.remote(num_gpus=1)(_probe).remote(backend))
+    if error is not None:
+        raise at.AutotuneError(f"the Ray cluster's GPU: {error}")
     if name is None:
         raise at.AutotuneError("a Ray task on a GPU found no usable CUDA GPU (torch.cuda on that node)")
     return name

@@ -150,9 +150,9 @@ def autotune(
     config seeded into the search, candidates checked against the fp32 reference, CUDA-graph
     benchmarking), then a check of the result against the reference and a timing against the
     default config and vLLM's kernel for the format (a key where vLLM's kernel is faster is saved
-    with "fallback": true). Each key is saved as soon as it is done;
-    rerunning resumes, --force retunes. Needs a CUDA GPU (except --list; `--list --gpu nvidia_h200`
-    marks the keys that the shipped H200 file holds). Exits 1 if a key failed.
+    with "fallback": true). Each key is saved as soon as it is done; rerunning resumes, --force
+    retunes. Needs an SM90 CUDA GPU, the kind hlvllm runs on (except --list; `--list --gpu
+    nvidia_h200` marks the keys that the shipped H200 file holds). Exits 1 if a key failed.
     """
     from hltools import autotune as at
 
@@ -219,7 +219,10 @@ def autotune(
             jobs,
         )
         return
-    backend = at.gpu_backend()
+    try:
+        backend = at.gpu_backend()
+    except at.AutotuneError as exc:  # a GPU hlvllm does not run on
+        _cannot_start(out, exc)
     if backend is None:
         opt.no_gpu(
             out,
