@@ -16,12 +16,13 @@
 # Order on an H100 SXM (1,800 s; every call names the kind held, planned before the first and sent
 # back to back):
 #   part.00..02 (bare); part.03 + dist with MEM_LOG=1 GM RT_MODELS=qwen3-32b RT_FORMAT=w8a8_int8
-#     GRID_LIMIT=200 LIMIT=210 RES=/tmp/gpu-runs-fresh, then GM RT_MODELS=qwen3-1.7b
-#     RT_FORMAT=fp8_dynamic KB_SHIPPED=1 GRID_LIMIT=240 KB_LIMIT=110 LIMIT=340 (MEM_LOG=1)
+#     GRID_LIMIT=200 LIMIT=210 RES=/tmp/gpu-runs-fresh, then (MEM_LOG unset: the sampler's
+#     nvidia-smi queries may disturb a bench's timings) GM RT_MODELS=qwen3-1.7b
+#     RT_FORMAT=fp8_dynamic KB_SHIPPED=1 GRID_LIMIT=240 KB_LIMIT=110 LIMIT=340
 #   BM qwen3-1.7b fp8_dynamic RB_RUNS="1 2 3" KB_LIMIT=100 LIMIT=300, then GM qwen3-1.7b w8a8_int8
 #     KB_SHIPPED=1 GRID_LIMIT=220 KB_LIMIT=100 LIMIT=280
 #   BM qwen3-1.7b w8a8_int8 RB_RUNS="1 2 3", then GM qwen3-4b fp8_dynamic KB_SHIPPED=1 with what is left
-# On an H200: 2026-12-28.sh's H200 order, MEM_LOG=1 on its CP phase.
+# On an H200: 2026-12-28.sh's H200 order, MEM_LOG=1 on its CP phase (a grid, no bench).
 set -u
 here=$(dirname "$0")
 phase=${1:?the phase to run: GM, BM, CP, GR, ...}
