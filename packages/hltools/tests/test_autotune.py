@@ -302,6 +302,19 @@ def test_cli_no_gpu_exits_2_with_a_clear_message(no_gpu, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [(["--jobs", "4"], "--jobs"), (["--compile-alongside"], "--compile-alongside")],
+)
+def test_cli_list_refuses_grid_only_options_with_another_effort(no_gpu, extra, option):
+    """``--list`` (the no-GPU dry run) checks the options as a run would: a grid-only option with
+    ``--effort quick`` exits 2 there, not first on the GPU machine."""
+    result = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list", "--effort", "quick", *extra])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2 and option in out and "only with --effort grid" in out, result.output
+    assert "got --effort quick" in out
+
+
 @pytest.mark.parametrize(("name", "capability"), [("NVIDIA L40S", (8, 9)), ("NVIDIA B200", (10, 0))])
 def test_cli_on_a_gpu_hlvllm_does_not_run_on_exits_2_before_tuning(monkeypatch, tmp_path, name, capability):
     """hlvllm's kernels run on SM90 alone: on another GPU the run stops at once (exit 2, why) and

@@ -37,7 +37,7 @@ EffortOption = Annotated[
     Effort | None,
     typer.Option(
         help="grid: every config of the decode search space (hltools.grid_search), one search per "
-        "(format, N, K, M bucket), compiled in one worker process per CPU (--jobs) alongside the "
+        "(format, N, K, M bucket), compiled in worker processes (one per CPU, --jobs) alongside the "
         "timing, on this machine's GPUs (--gpus) or a Ray cluster's (--ray), whole shapes per GPU. quick / full: "
         "Helion's autotuner at that effort, per key. Default: grid."
     ),
@@ -109,9 +109,9 @@ CompileJobs = Annotated[
     typer.Option(
         "--jobs",
         min=1,
-        help="Grid search: CPUs per GPU (default: all of them, shared among the GPUs): that many compile "
-        "processes, one fewer when they compile alongside the timing (which keeps one); fewer still where "
-        "a GPU's free memory is small (docs/tuning.md).",
+        help="Grid search only (exit 2 with --effort quick / full): CPUs per GPU (default: all of them, "
+        "shared among the GPUs): that many compile processes, one fewer when they compile alongside the "
+        "timing (which keeps one); fewer still where a GPU's free memory is small (docs/tuning.md).",
     ),
 ]
 Gpu = Annotated[
@@ -180,10 +180,6 @@ def autotune(
         block_scale_a = resolve_block_scale_a(block_scale_a)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--block-scale-a") from None
-    if list_:  # done as a run with this layout would count it
-        title = f"autotune keys for {model} (tp {','.join(map(str, tps))})"
-        _list_keys(out, keys, title, output, gpu, block_scale_a)
-        return
     if block_scale_a != "row" and ray is not None:
         raise typer.BadParameter(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
@@ -191,14 +187,18 @@ def autotune(
     effort = effort or Effort.grid
     if compile_alongside and effort != Effort.grid:
         raise typer.BadParameter(
-            f"only with --effort grid (Helion's autotuner compiles its own candidates); got {effort.value}",
+            f"only with --effort grid (Helion's autotuner compiles its own candidates); got --effort {effort.value}",
             param_hint="--compile-alongside",
         )
     if jobs is not None and effort != Effort.grid:
         raise typer.BadParameter(
-            f"only with --effort grid (Helion's autotuner compiles its own candidates); got {effort.value}",
+            f"only with --effort grid (Helion's autotuner compiles its own candidates); got --effort {effort.value}",
             param_hint="--jobs",
         )
+    if list_:  # done as a run with this layout would count it (a bad combination above exits 2 first)
+        title = f"autotune keys for {model} (tp {','.join(map(str, tps))})"
+        _list_keys(out, keys, title, output, gpu, block_scale_a)
+        return
     compile_alongside = effort == Effort.grid if compile_alongside is None else compile_alongside
     if ray is not None:
         _autotune_on_ray(
