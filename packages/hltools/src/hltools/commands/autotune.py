@@ -200,24 +200,20 @@ def autotune(
         _list_keys(out, keys, title, output, gpu, block_scale_a)
         return
     compile_alongside = effort == Effort.grid if compile_alongside is None else compile_alongside
+    output = output if output is not None else _default_output()
+    command = _resume_command(
+        model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a, compile_alongside, jobs
+    )
+    budget = None if budget_minutes is None else budget_minutes * 60
+    options = at.TuneOptions(
+        effort=effort.value,
+        seed=seed,
+        block_scale_a=block_scale_a,
+        compile_alongside=compile_alongside,
+        compile_workers=jobs,
+    )
     if ray is not None:
-        _autotune_on_ray(
-            out,
-            ray,
-            keys,
-            output,
-            gpus,
-            force,
-            budget_minutes,
-            model,
-            fmts,
-            tps,
-            tokens,
-            effort,
-            seed,
-            compile_alongside,
-            jobs,
-        )
+        _autotune_on_ray(out, ray, keys, output, gpus, force, budget, model, command, options)
         return
     try:
         backend = at.gpu_backend()
@@ -229,10 +225,6 @@ def autotune(
             "[bold red]hltools autotune needs a CUDA GPU[/] (every candidate config is timed on the device); "
             "none was found. `hltools autotune --list ...` prints the keys without one.",
         )
-    output = output if output is not None else _default_output()
-    command = _resume_command(
-        model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a, compile_alongside, jobs
-    )
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
     gpu_ids = _local_gpus(gpus)
@@ -251,14 +243,6 @@ def autotune(
     meta["block_scale_a"] = block_scale_a
     at.apply_benchmark_env()
     out.print(f"GPU {gpu_name} -> {path}; {len(keys)} keys; effort {effort.value}; seed {seed}")
-    budget = None if budget_minutes is None else budget_minutes * 60
-    options = at.TuneOptions(
-        effort=effort.value,
-        seed=seed,
-        block_scale_a=block_scale_a,
-        compile_alongside=compile_alongside,
-        compile_workers=jobs,
-    )
     if len(gpu_ids) > 1:
         summary = _tune_sharded(out, keys, path, options, gpu_ids, meta, force, budget)
     else:
@@ -375,36 +359,14 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
 
 
 def _autotune_on_ray(
-    out,
-    address,
-    keys,
-    output,
-    gpus,
-    force,
-    budget_minutes,
-    model,
-    fmts,
-    tps,
-    tokens,
-    effort,
-    seed,
-    alongside,
-    jobs,
-):
+    out, address, keys, output: Path, gpus, force, budget, model, command: str, options
+) -> None:
     """``autotune --ray``: the run on the cluster, its table and counts (exit 1 if a key failed)."""
-    from hltools import autotune as at
-
     if gpus is not None:
         raise typer.BadParameter(
             "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
         )
-    output = output if output is not None else _default_output()
-    command = _resume_command(
-        model, fmts, tps, tokens, effort, seed, output, budget_minutes, alongside=alongside, jobs=jobs
-    )
     command += f" --ray {shlex.quote(address)}"
-    budget = None if budget_minutes is None else budget_minutes * 60
-    options = at.TuneOptions(effort.value, seed, compile_alongside=alongside, compile_workers=jobs)
     _report(out, _tune_on_ray(out, address, keys, output, command, options, force, budget, model), command)
 
 
