@@ -141,6 +141,12 @@ def _compile_inputs(job: CompileJob, m: int, device: str) -> GemmInputs:
     return GemmInputs(job.fmt, job.n, job.k, q(m), sa, [(q(job.n).t(), sb)], out_dtype)
 
 
+def short_error(exc: BaseException) -> str:
+    """An error as a job's or a key's failure reason: its type and the first 300 characters of its
+    message."""
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
 def run_compile_job(job: CompileJob, device: str = "cuda") -> str | None:
     """Compile (and run once) ``job`` in this process; None on success, else the error (short). On
     a GPU the process's cached blocks are then given back (a compile worker lives on beside the
@@ -149,7 +155,7 @@ def run_compile_job(job: CompileJob, device: str = "cuda") -> str | None:
         _run_compile_job(job, device)
         return None
     except Exception as exc:  # noqa: BLE001 - reported; the timed loop then skips or fails the kernel
-        return f"{type(exc).__name__}: {str(exc)[:300]}"
+        return short_error(exc)
     finally:
         if device == "cuda" and torch.cuda.is_initialized():
             torch.cuda.empty_cache()

@@ -95,11 +95,6 @@ Compiler = Callable[[Sequence[Job]], None]
 CompileOne = Callable[[Job], "str | None"]
 
 
-def _short(exc: BaseException) -> str:
-    """An error as a key's failure reason: its type and the first 300 characters of its message."""
-    return f"{type(exc).__name__}: {str(exc)[:300]}"
-
-
 def bucket_of(m: int) -> tuple[int, ...]:
     """The :data:`M_BUCKETS` bucket holding ``m`` (``(m,)`` for an M in none)."""
     return next((b for b in M_BUCKETS if m in b), (m,))
@@ -386,7 +381,9 @@ class GridSearch:
             try:
                 times = self.time(fmt, self._search_m[group], n, k, configs)
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory drawing one shape's copies
-                self._failed.setdefault(group, _short(exc))
+                from hltools.bench_compile import short_error
+
+                self._failed.setdefault(group, short_error(exc))
                 times = [math.inf] * len(configs)
             return list(zip(times, configs, strict=True))
 
@@ -488,9 +485,11 @@ class GridSearch:
             try:
                 self._search_all()
             except Exception as exc:  # noqa: BLE001 - e.g. a compile worker killed: a rerun retries
+                from hltools.bench_compile import short_error
+
                 for g in self._groups:
                     if g not in self._ranked:
-                        self._failed.setdefault(g, _short(exc))
+                        self._failed.setdefault(g, short_error(exc))
                         self._ranked[g] = []
         if group in self._failed:
             raise RuntimeError(
