@@ -569,7 +569,7 @@ def test_cli_default_effort_is_the_grid(tmp_path, monkeypatch, extra, expected):
     monkeypatch.setattr(
         gs,
         "make_grid_tuner",
-        lambda keys, seed, block_scale_a="row", compile_workers=None, alongside=False: grid_tuner,
+        lambda keys, options, compile_workers=None: grid_tuner,
     )
     from hltools.commands import autotune as cmd
 

@@ -755,7 +755,7 @@ def test_make_grid_tuner_gives_the_search_the_workers_the_gpu_has_room_for(monke
     ]:
         monkeypatch.setattr("torch.cuda.is_available", lambda: True)
         monkeypatch.setattr("torch.cuda.mem_get_info", lambda free=free: (free, 80 * gib))
-        tune = gs.make_grid_tuner(keys, compile_workers=32, alongside=alongside)
+        tune = gs.make_grid_tuner(keys, at.TuneOptions(compile_alongside=alongside), compile_workers=32)
         assert tune.search.workers_note == note
         assert (pools if alongside else compilers)[-1] == want
         assert tune.search.stage_report() == f"grid search: {note}; 0.0 s in all"

@@ -47,9 +47,7 @@ def gpu_grid_tuner(keys: list[at.TuneKey], options: at.TuneOptions, compile_work
     """The GPU's grid search over ``keys`` (:func:`hltools.grid_search.make_grid_tuner`)."""
     from hltools import grid_search
 
-    return grid_search.make_grid_tuner(
-        keys, options.seed, options.block_scale_a, compile_workers, options.compile_alongside
-    )
+    return grid_search.make_grid_tuner(keys, options, compile_workers)
 
 
 def import_ray():

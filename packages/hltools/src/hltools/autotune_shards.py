@@ -96,9 +96,7 @@ def _worker(
     if options.effort == "grid":
         from hltools import grid_search
 
-        tune = grid_search.make_grid_tuner(
-            keys, options.seed, options.block_scale_a, compile_workers, options.compile_alongside
-        )
+        tune = grid_search.make_grid_tuner(keys, options, compile_workers)
     summary = at.run_autotune(
         keys,
         shard_path(path, index),

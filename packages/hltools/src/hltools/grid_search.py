@@ -644,47 +644,38 @@ def check_configs(
     return {(k.fmt, k.n, k.k, k.m): [untuned_pick(k, options, gpu).config] for k in keys}
 
 
-def make_grid_tuner(
-    keys: Sequence[Any],
-    seed: int = 0,
-    block_scale_a: str = "row",
-    compile_workers: int | None = None,
-    alongside: bool = False,
-) -> Callable:
+def make_grid_tuner(keys: Sequence[Any], options: Any, compile_workers: int | None = None) -> Callable:
     """The GPU's grid search over ``keys`` (:class:`hltools.autotune.TuneKey`) as a tuner
-    (:func:`grid_tuner`): :func:`gpu_timer` on the current CUDA GPU, ``compile_workers`` compile
-    processes (default one per CPU; a sharded run gives each GPU's worker its share; fewer where the
-    GPU's free memory budgets fewer: :func:`hltools.bench_compile.workers_for_gpu_memory`),
-    hlcore's kernel cache on (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
-    (:func:`parallel_compiler`), or with ``alongside`` while the GPU times the groups already built
-    (:func:`compile_pool`, one CPU fewer: the timing process keeps one); each key's untuned pick,
-    which its check times, compiled with them (:func:`check_configs`)."""
+    (:func:`grid_tuner`), as ``options`` (:class:`hltools.autotune.TuneOptions`: its ``seed``,
+    ``block_scale_a`` and ``compile_alongside``) asks: :func:`gpu_timer` on the current CUDA GPU,
+    ``compile_workers`` CPUs for compiling (default ``options.compile_workers``, else one per CPU;
+    a sharded run gives each GPU's worker its share; fewer processes where the GPU's free memory
+    budgets fewer: :func:`hltools.bench_compile.workers_for_gpu_memory`), hlcore's kernel cache on
+    (:func:`use_run_kernel_cache`). Every candidate compiled before the timing
+    (:func:`parallel_compiler`), or with ``compile_alongside`` while the GPU times the groups already
+    built (:func:`compile_pool`, one CPU fewer: the timing process keeps one); each key's untuned
+    pick, which its check times, compiled with them (:func:`check_configs`)."""
     use_run_kernel_cache()
-    timer = gpu_timer(max(k.m for k in keys), seed, block_scale_a)
-    keys4 = [(k.fmt, k.n, k.k, k.m) for k in keys]
-    extra = check_configs(keys, block_scale_a)
-    workers = compile_workers if compile_workers is not None else (os.cpu_count() or 1)
-    if alongside:  # the timing process keeps one CPU
+    layout = options.block_scale_a
+    timer = gpu_timer(max(k.m for k in keys), options.seed, layout)
+    workers = compile_workers or options.compile_workers or (os.cpu_count() or 1)
+    if options.compile_alongside:  # the timing process keeps one CPU
         workers, note = _workers_on_this_gpu(max(1, workers - 1), keys)
-        search = GridSearch(
-            keys4,
-            time=timer,
-            compile_pool=compile_pool(workers),
-            compile_one=functools.partial(compile_job, block_scale_a=block_scale_a),
-            extra=extra,
-            retimed=getattr(timer, "retimed", None),
-            workers_note=note,
-        )
+        compiling = {
+            "compile_pool": compile_pool(workers),
+            "compile_one": functools.partial(compile_job, block_scale_a=layout),
+        }
     else:
         workers, note = _workers_on_this_gpu(workers, keys)
-        search = GridSearch(
-            keys4,
-            time=timer,
-            compile=parallel_compiler(workers, block_scale_a=block_scale_a),
-            extra=extra,
-            retimed=getattr(timer, "retimed", None),
-            workers_note=note,
-        )
+        compiling = {"compile": parallel_compiler(workers, block_scale_a=layout)}
+    search = GridSearch(
+        [(k.fmt, k.n, k.k, k.m) for k in keys],
+        time=timer,
+        extra=check_configs(keys, layout),
+        retimed=getattr(timer, "retimed", None),
+        workers_note=note,
+        **compiling,
+    )
     return grid_tuner(search)
 
 

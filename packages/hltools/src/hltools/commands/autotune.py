@@ -231,13 +231,7 @@ def autotune(
     if effort == Effort.grid and len(gpu_ids) <= 1:
         from hltools import grid_search
 
-        tune = grid_search.make_grid_tuner(
-            _keys_to_tune(keys, path, force, block_scale_a),
-            seed,
-            block_scale_a,
-            compile_workers=jobs,
-            alongside=compile_alongside,
-        )
+        tune = grid_search.make_grid_tuner(_keys_to_tune(keys, path, force, block_scale_a), options)
     meta = at.provenance(gpu_name, command=command, seed=seed, effort=effort.value, model=model)
     meta["commit"] = git_commit()
     meta["block_scale_a"] = block_scale_a
