@@ -104,9 +104,10 @@ TUNED = {
 MARGIN, MIN_PROCESSES = 0.02, 3
 
 #: The H100 file (``configs/scaled_mm/nvidia_h100_sxm.json``): Qwen3-8B's keys in the three formats,
-#: then Llama-3.1-8B's keys in the three formats and Qwen3-14B's and Qwen3-32B's FP8_Dynamic and W8A8_INT8
-#: keys, each model grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on its
-#: grid file in three processes (``lab/results/2026-12-05-c`` .. ``-g``; Block_FP8 tuned and benched on
+#: then Llama-3.1-8B's keys in the three formats, Qwen3-14B's and Qwen3-32B's FP8_Dynamic and W8A8_INT8
+#: keys, Qwen3-1.7B's in the three formats and Qwen3-4B's FP8_Dynamic and W8A8_INT8 keys, each model
+#: grid-tuned on one H100 SXM (``hltools autotune --effort grid``) and benched on its grid file in three
+#: processes (``lab/results/2026-12-05-c`` .. ``-h``; Block_FP8 tuned and benched on
 #: vLLM's column-major scale_a, the capture layout); configs and marks from ``configs from-bench
 #: --model <model>``, same rule as the H200 file's. The later models were added with ``--only-new``:
 #: Llama-3.1-8B's qkv and o are Qwen3-8B's shapes, whose entries stay.
@@ -126,7 +127,7 @@ def _h100_tuned(
     return BENCH_DIR / grid_day / "raw" / f"{grid_prefix}-{fmt}-{model}" / "grid", runs
 
 
-C, D, E, F, G = (f"2026-12-05-{x}" for x in "cdefg")
+C, D, E, F, G, H = (f"2026-12-05-{x}" for x in "cdefgh")
 #: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added:
 #: (model, format, the grid's day, the bench processes' days[, the grid's phase prefix]).
 H100_TUNED = {
@@ -142,6 +143,11 @@ H100_TUNED = {
         ("llama-3.1-8b", "w8a8_int8", F, [F, G, G]),
         ("qwen3-32b", "fp8_dynamic", G, [G, G, G]),
         ("qwen3-32b", "w8a8_int8", G, [G, G, G]),
+        ("qwen3-1.7b", "fp8_dynamic", H, [H, H, H]),
+        ("qwen3-1.7b", "w8a8_int8", H, [H, H, H]),
+        ("qwen3-1.7b", "block_fp8", H, [H, H, H]),
+        ("qwen3-4b", "fp8_dynamic", H, [H, H, H]),
+        ("qwen3-4b", "w8a8_int8", H, [H, H, H]),
     )
 }
 
