@@ -94,7 +94,7 @@ def test_compile_operands_are_drawn_without_a_wider_copy_of_the_weight(fmt):
 
 def test_bench_precompile_starts_fewer_workers_where_the_gpus_free_memory_is_small(monkeypatch):
     """``bench kernels``' precompile asks for 16 processes; with 16 GiB free and Qwen3-32B's
-    gate_up (N 51200, K 5120) it starts 10 (all the free memory: nothing times beside them) and
+    gate_up (N 51200, K 5120) it starts 9 (all the free memory: nothing times beside them) and
     says why; with 139 GiB free all 16, silently. The jobs and the pool are faked (no GPU here)."""
     import io
 
@@ -114,8 +114,8 @@ def test_bench_precompile_starts_fewer_workers_where_the_gpus_free_memory_is_sma
     for free, want, said in [
         (
             16 * gib,
-            10,
-            "precompiling with 10 processes, not 16: 1.5 GiB budgeted each, within the GPU's 16.0 GiB free",
+            9,
+            "precompiling with 9 processes, not 16: 1.7 GiB budgeted each, within the GPU's 16.0 GiB free",
         ),
         (139 * gib, 16, None),
     ]:

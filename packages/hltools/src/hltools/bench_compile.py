@@ -75,8 +75,9 @@ def compile_jobs(
 
 
 #: GPU memory budgeted to one compile worker besides its operands: its CUDA context and Triton's
-#: and Helion's state (an estimate; lab/runs/2026-12-29.sh's MEM_LOG measures what one holds).
-WORKER_GPU_BYTES = 1 << 30
+#: and Helion's state. With twice the largest weight it covers the most one worker was seen to hold
+#: (lab/results/2026-12-05-h, "What a compile worker holds"), with a little to spare.
+WORKER_GPU_BYTES = 5 << 28  # 1.25 GiB
 #: The share of the GPU's free memory compile workers may take together while a process times on
 #: the same GPU (the grid's compiles alongside its timing); that process keeps the rest (one
 #: shape's weight copies larger than L2, each drawn through float32).
