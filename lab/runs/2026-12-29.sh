@@ -23,6 +23,9 @@
 #     KB_SHIPPED=1 GRID_LIMIT=220 KB_LIMIT=100 LIMIT=280
 #   BM qwen3-1.7b w8a8_int8 RB_RUNS="1 2 3", then GM qwen3-4b fp8_dynamic KB_SHIPPED=1 with what is left
 # On an H200: 2026-12-28.sh's H200 order, MEM_LOG=1 on its CP phase (a grid, no bench).
+# Ran on an H100 SXM in the eleventh session of 2026-12-05 (lab/results/2026-12-05-h): the H100 order
+# above, then GM and BM of Qwen3-1.7B block_fp8; a worker held at most 1.62 GiB (budget now 1.25 GiB
+# plus twice the largest weight, e18535f). Left on an H100: GM and BM of Qwen3-4B block_fp8.
 set -u
 here=$(dirname "$0")
 phase=${1:?the phase to run: GM, BM, CP, GR, ...}
