@@ -39,7 +39,8 @@ EffortOption = Annotated[
         help="grid: every config of the decode search space (hltools.grid_search), one search per "
         "(format, N, K, M bucket), compiled in worker processes (one per CPU, --jobs) alongside the "
         "timing, on this machine's GPUs (--gpus) or a Ray cluster's (--ray), whole shapes per GPU. quick / full: "
-        "Helion's autotuner at that effort, per key. Default: grid."
+        "Helion's autotuner at that effort, per key (full: about 10 minutes a key, by Helion's README). "
+        "Default: grid."
     ),
 ]
 BudgetMinutes = Annotated[
