@@ -3,6 +3,7 @@ fake tuner that records the GPU Ray gave it, every key saved by the driver as it
 another GPU kind failing its keys, the resume of a rerun, the budget, and the CLI's option checks."""
 
 import os
+import socket
 import sys
 import types
 
@@ -130,8 +131,9 @@ def test_a_node_with_another_gpu_fails_its_keys_and_another_gpus_file_needs_forc
 def test_cli_ray_option_checks(monkeypatch, tmp_path):
     runner = CliRunner()
     args = ["autotune", "--model", "qwen3-8b", "--ray", "auto", "--output", str(tmp_path)]
-    result = runner.invoke(app, [*args, "--gpus", "2"], env={"COLUMNS": "300"})
-    assert result.exit_code == 2 and "with --ray leave it out" in result.output
+    for listing in ([], ["--list"]):  # --list exits 2 on it too, as on every bad combination
+        result = runner.invoke(app, [*args, "--gpus", "2", *listing], env={"COLUMNS": "300"})
+        assert result.exit_code == 2 and "with --ray leave it out" in result.output
 
     def no_ray():
         raise at.AutotuneError(
@@ -168,6 +170,36 @@ def test_cli_ray_option_checks(monkeypatch, tmp_path):
         app, ["autotune", "--model", "qwen3-8b", "--ray", "auto", "--output", str(tmp_path)]
     )
     assert result.exit_code == 2 and 'pip install "hltools[ray]"' in result.output
+
+
+def test_ray_address_where_nothing_listens(monkeypatch, tmp_path):
+    """A HOST:PORT where nothing listens exits 2 naming it, without asking Ray (whose ``init``
+    retries such an address for minutes); a port that accepts passes the probe."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # free again once closed: a connection is refused
+    assert f"nothing accepts a connection at 127.0.0.1:{port}" in autotune_ray.unreachable(
+        f"127.0.0.1:{port}"
+    )
+    assert f"at 127.0.0.1:{port} within" in autotune_ray.unreachable(f"ray://127.0.0.1:{port}")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        assert autotune_ray.unreachable(f"127.0.0.1:{server.getsockname()[1]}") is None
+    for other in ("auto", "local", "no-port-here"):
+        assert autotune_ray.unreachable(other) is None
+
+    def init(address=None, **kw):
+        raise AssertionError(f"ray.init({address!r}) called for an address where nothing listens")
+
+    monkeypatch.setattr(
+        autotune_ray, "import_ray", lambda: types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    )
+    args = ["autotune", "--model", "qwen3-8b", "--ray", f"127.0.0.1:{port}", "--output", str(tmp_path)]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert (
+        f"--ray 127.0.0.1:{port}: cannot connect to a Ray cluster (nothing accepts a connection"
+        in result.output
+    )
 
 
 def _cost(m, n, k, c):  # deterministic, and not the heuristic's optimum

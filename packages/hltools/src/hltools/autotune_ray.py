@@ -24,12 +24,15 @@ every node at the driver's versions; the GPUs of one kind. The output file is na
 of a first probe task; a task whose GPU has another canonical name fails its key (a key is timed
 on the GPU that tuned it). ``ray.init(address=ADDRESS)``: ``auto`` joins the cluster this machine
 belongs to (``ray start --head`` / ``ray start --address=...`` on the nodes), ``local`` starts a
-one-machine cluster (its GPUs), any other value is a cluster address (``ray://host:10001``).
+one-machine cluster (its GPUs), any other value is a cluster address (``ray://host:10001``),
+which must accept a TCP connection within :data:`CONNECT_TIMEOUT_S` (Ray's own ``init`` retries an
+address where nothing listens for minutes).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,12 +64,36 @@ def import_ray():
     return ray
 
 
+#: Seconds a ``HOST:PORT`` address has to accept a TCP connection before ``ray.init`` is tried.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def unreachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why nothing can answer at a cluster address (``HOST:PORT`` or ``ray://HOST:PORT``): a TCP
+    connection to it failed within ``timeout`` seconds. None when it connected, and for ``auto``,
+    ``local`` or a value of another form (``ray.init`` judges those itself)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address in ("auto", "local") or not sep or not host or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return None
+    except OSError as exc:  # refused, no route, unknown host, timed out
+        return f"nothing accepts a connection at {host}:{port} within {timeout:g} s ({exc})"
+
+
 def connect(address: str, **init_kwargs: Any):
     """``ray.init`` for ``--ray ADDRESS`` (``local``: a new one-machine cluster; else the address,
     ``auto`` included), unless this process is connected already; returns the ``ray`` module.
-    :class:`hltools.autotune.AutotuneError` when there is no cluster at the address."""
+    :class:`hltools.autotune.AutotuneError` when there is no cluster at the address (a ``HOST:PORT``
+    address: when :func:`unreachable` says why, before Ray is asked)."""
     ray = import_ray()
     if not ray.is_initialized():
+        if (why := unreachable(address)) is not None:
+            raise at.AutotuneError(
+                f"--ray {address}: cannot connect to a Ray cluster ({why}); "
+                "start one (ray start --head) or give its address, or use --ray local"
+            )
         try:
             ray.init(address=None if address == "local" else address, **init_kwargs)
         except (ConnectionError, ValueError, RuntimeError) as exc:  # no cluster there, a bad address

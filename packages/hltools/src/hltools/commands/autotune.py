@@ -166,7 +166,7 @@ def autotune(
     try:
         keys = at.build_keys(config, fmts, tps, tokens)
     except ValueError as exc:
-        raise opt.bad_parameter(exc, "--formats/--tp") from None
+        raise opt.bad_parameter(exc, "--tp") from None  # the formats were checked above
     if gpu is not None:
         gpu = opt.parse_gpu(gpu, [output] if output is not None else [])
         if not list_:
@@ -184,6 +184,10 @@ def autotune(
     if block_scale_a != "row" and ray is not None:
         raise typer.BadParameter(
             "tma: on this machine's GPUs only (not with --ray)", param_hint="--block-scale-a"
+        )
+    if gpus is not None and ray is not None:
+        raise typer.BadParameter(
+            "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
         )
     effort = effort or Effort.grid
     if compile_alongside and effort != Effort.grid:
@@ -214,7 +218,7 @@ def autotune(
         compile_workers=jobs,
     )
     if ray is not None:
-        _autotune_on_ray(out, ray, keys, output, gpus, force, budget, model, command, options)
+        _autotune_on_ray(out, ray, keys, output, force, budget, model, command, options)
         return
     try:
         backend = at.gpu_backend()
@@ -353,14 +357,8 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
         _cannot_start(out, exc)
 
 
-def _autotune_on_ray(
-    out, address, keys, output: Path, gpus, force, budget, model, command: str, options
-) -> None:
+def _autotune_on_ray(out, address, keys, output: Path, force, budget, model, command: str, options) -> None:
     """``autotune --ray``: the run on the cluster, its table and counts (exit 1 if a key failed)."""
-    if gpus is not None:
-        raise typer.BadParameter(
-            "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
-        )
     command += f" --ray {shlex.quote(address)}"
     _report(out, _tune_on_ray(out, address, keys, output, command, options, force, budget, model), command)
 
