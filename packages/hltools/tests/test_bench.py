@@ -359,5 +359,7 @@ def test_helion_reads_block_scales_in_the_layout_asked(monkeypatch):
 def test_block_scale_a_auto_is_the_dispatch_modes_layout(dispatch_at, layout, mode, expected):
     dispatch_at(mode)
     assert bench.resolve_block_scale_a(layout) == expected
-    with pytest.raises(ValueError, match="block scale_a layout must be one of"):
+    with pytest.raises(
+        ValueError, match=r"block scale_a layout must be auto or one of \[.row., .tma.\]; got .column."
+    ):
         bench.resolve_block_scale_a("column")

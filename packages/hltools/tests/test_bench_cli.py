@@ -79,7 +79,7 @@ def test_kernels_block_scale_a_row_with_the_op_design(no_gpu, dispatch_at):
         (["--num-tokens", "0,1"], "positive integers"),
         (["--block-providers", "flashinfer"], "unknown block provider"),
         (["--tp", "3"], "does not divide"),
-        (["--block-scale-a", "column"], "block scale_a layout must be one of ['row', 'tma']"),
+        (["--block-scale-a", "column"], "block scale_a layout must be auto or one of ['row', 'tma']"),
     ],
 )
 def test_kernels_argument_errors(no_gpu, args, message):

@@ -96,3 +96,11 @@ def test_formats_all_everywhere_and_a_bad_format_named(command):
     message = _message(invoke([*command, "--formats", "fp8_dynamic,int4"]))
     assert message.startswith("Invalid value for --formats: unknown format(s) ['int4']; choose from")
     assert message.endswith("or all")
+
+
+@pytest.mark.parametrize("command", MODEL_COMMANDS[1:3], ids=lambda c: " ".join(c))
+def test_a_tp_the_model_cannot_be_split_by_names_tp_alone(command):
+    message = _message(invoke([*command, "--model", "qwen3-8b", "--tp", "3"]))
+    assert (
+        message == "Invalid value for --tp: tensor parallel size 3 does not divide num_attention_heads = 32"
+    )

@@ -179,7 +179,8 @@ def test_cli_takes_an_hf_id_and_its_format_offline(hf_cache, monkeypatch):
     )
     assert result.exit_code == 0, result.output
     # on stderr with the model's notes: stdout keeps the table alone
-    assert "format fp8_dynamic: from RedHatAI/Qwen3-8B-FP8-dynamic" in result.stderr
+    # not cached: the embedded config, the format from the id's words, and the message says so
+    assert "format fp8_dynamic: from the words of the id RedHatAI/Qwen3-8B-FP8-dynamic" in result.stderr
     assert "format fp8_dynamic: from" not in result.stdout
     assert "w8a8_int8" not in result.output and "6144" in result.output  # qwen3-8b's qkv N
     explicit = runner.invoke(
@@ -192,6 +193,20 @@ def test_cli_takes_an_hf_id_and_its_format_offline(hf_cache, monkeypatch):
         and "w8a8_int8" in explicit.output
         and "fp8_dynamic" not in explicit.output  # no word of the name's format when --formats is given
     )
+
+
+def test_cli_says_the_format_came_from_the_cached_quantization_config(hf_cache, monkeypatch):
+    """A cached config's quantization_config names the format, over words of the id that name another."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    hf_cache(
+        "RedHatAI/Qwen3-8B-W8A8", {**load_model_config("qwen3-8b"), "quantization_config": FP8_DYNAMIC_CT}
+    )
+    result = runner.invoke(
+        app, ["autotune", "--model", "RedHatAI/Qwen3-8B-W8A8", "--list"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "format fp8_dynamic: from the quantization_config of RedHatAI/Qwen3-8B-W8A8" in result.stderr
+    assert "w8a8_int8" not in result.output
 
 
 def test_cli_says_when_a_checkpoint_names_no_format(hf_cache, monkeypatch):

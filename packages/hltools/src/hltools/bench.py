@@ -230,7 +230,10 @@ def resolve_block_scale_a(layout: str) -> str:
         from hlvllm.settings import dispatch_at_env
 
         return BLOCK_SCALE_A_OF_MODE[dispatch_at_env()]
-    check_block_scale_a(layout)
+    if layout not in BLOCK_SCALE_A_LAYOUTS:  # as check_block_scale_a, naming auto too
+        raise ValueError(
+            f"block scale_a layout must be auto or one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}"
+        )
     return layout
 
 

@@ -58,14 +58,17 @@ _PREFIX_WORDS = ("meta",)
 @dataclass(frozen=True)
 class ModelSource:
     """A resolved ``--model``: ``config`` (the config.json dict), ``source`` (where it came from, for
-    messages and result metadata), ``fmt`` (the checkpoint's format, or ``None``: unknown) and
-    ``notes`` (what a user should be told: a base-model match, a MoE model's dense layers only)."""
+    messages and result metadata), ``fmt`` (the checkpoint's format, or ``None``: unknown),
+    ``fmt_from`` (what named it: ``"quantization_config"`` or ``"id"``, the words of ``name``; ``None``
+    with no format) and ``notes`` (what a user should be told: a base-model match, a MoE model's
+    dense layers only)."""
 
     name: str
     config: dict[str, Any]
     source: str
     fmt: str | None = None
     notes: list[str] = field(default_factory=list)
+    fmt_from: str | None = None
 
 
 def resolve_model(name_or_path: str | Path) -> ModelSource:
@@ -191,13 +194,13 @@ def format_of_name(name: str) -> str | None:
 
 def _source(name: str, config: dict[str, Any], source: str, note: str | None = None) -> ModelSource:
     notes = [note] if note else []
-    fmt = format_of_config(config)
+    fmt, fmt_from = format_of_config(config), "quantization_config"
     if fmt is None:  # said by the command where it uses it (hltools.options.model_formats)
-        fmt = format_of_name(name)
+        fmt, fmt_from = format_of_name(name), "id"
     if shapes.is_moe(config):
         kept = ", ".join(s.name for s in shapes.linear_shapes(config))
         notes.append(
             f"{name}: a mixture-of-experts model; only its dense linear layers ({kept}) are covered, "
             "the experts run vLLM's fused-MoE kernels"
         )
-    return ModelSource(name, config, source, fmt, notes)
+    return ModelSource(name, config, source, fmt, notes, fmt_from if fmt is not None else None)

@@ -206,12 +206,23 @@ def model_formats(
         return parse_formats(formats, option)
     out = out or Console(stderr=True)
     if source.fmt is not None:
+        named_by = (
+            "the quantization_config of"
+            if source.fmt_from == "quantization_config"
+            else "the words of the id"
+        )
         out.print(
-            f"format {source.fmt}: from {source.name} ({option} overrides)", highlight=False, soft_wrap=True
+            f"format {source.fmt}: from {named_by} {source.name} ({option} overrides)",
+            highlight=False,
+            soft_wrap=True,
         )
         return [source.fmt]
     if source.source != f"embedded model {source.name.lower()}":  # a checkpoint that names no format
-        out.print(f"format fp8_dynamic: {source.name} names no format ({option} chooses)", highlight=False)
+        out.print(
+            f"format fp8_dynamic: {source.name} names no format ({option} chooses)",
+            highlight=False,
+            soft_wrap=True,
+        )
     return ["fp8_dynamic"]
 
 

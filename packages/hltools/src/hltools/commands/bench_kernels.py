@@ -77,6 +77,7 @@ def kernels(
     point failed (and prints a command that reruns it).
     """
     from hltools import bench, kernel_results
+    from hltools.shapes import linear_shapes
 
     out = opt.console()
     models = opt.load_models(model)
@@ -84,11 +85,19 @@ def kernels(
     tokens = opt.parse_ints(num_tokens, "--num-tokens")
     try:
         block_scale_a = bench.resolve_block_scale_a(block_scale_a)
+    except ValueError as exc:
+        raise opt.bad_parameter(exc, "--block-scale-a") from None
+    try:
+        for _, config in models:  # a TP size a model cannot be split by, named as --tp
+            linear_shapes(config, tp=tp)
+    except ValueError as exc:
+        raise opt.bad_parameter(exc, "--tp") from None
+    try:
         shapes = bench.bench_shapes(models, fmts, tokens, tp=tp, layers=layer)
         candidates = bench.default_candidates(
             opt.split_names(baselines), opt.split_names(block_providers), block_scale_a
         )
-    except ValueError as exc:
+    except ValueError as exc:  # an unknown layer, baseline or block provider: the message names it
         raise opt.bad_parameter(exc) from None
     if list_:
         out.print(_points_table(shapes, candidates, tp))
