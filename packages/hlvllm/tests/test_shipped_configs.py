@@ -127,7 +127,7 @@ def _h100_tuned(
     return BENCH_DIR / grid_day / "raw" / f"{grid_prefix}-{fmt}-{model}" / "grid", runs
 
 
-C, D, E, F, G, H = (f"2026-12-05-{x}" for x in "cdefgh")
+C, D, E, F, G, H, I = (f"2026-12-05-{x}" for x in "cdefghi")
 #: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added:
 #: (model, format, the grid's day, the bench processes' days[, the grid's phase prefix]).
 H100_TUNED = {
@@ -148,6 +148,7 @@ H100_TUNED = {
         ("qwen3-1.7b", "block_fp8", H, [H, H, H]),
         ("qwen3-4b", "fp8_dynamic", H, [H, H, H]),
         ("qwen3-4b", "w8a8_int8", H, [H, H, H]),
+        ("qwen3-4b", "block_fp8", I, [I, I, I]),
     )
 }
 
