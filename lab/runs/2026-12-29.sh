@@ -25,7 +25,8 @@
 # On an H200: 2026-12-28.sh's H200 order, MEM_LOG=1 on its CP phase (a grid, no bench).
 # Ran on an H100 SXM in the eleventh session of 2026-12-05 (lab/results/2026-12-05-h): the H100 order
 # above, then GM and BM of Qwen3-1.7B block_fp8; a worker held at most 1.62 GiB (budget now 1.25 GiB
-# plus twice the largest weight, e18535f). Left on an H100: GM and BM of Qwen3-4B block_fp8.
+# plus twice the largest weight, e18535f). Left on an H100: GM and BM of Qwen3-4B block_fp8,
+# which ran in the twelfth session (lab/results/2026-12-05-i; 1.021-1.022x, added to the H100 file).
 set -u
 here=$(dirname "$0")
 phase=${1:?the phase to run: GM, BM, CP, GR, ...}
