@@ -334,7 +334,8 @@ def test_autotune_block_scale_a_option_is_checked():
         return " ".join("".join(c for c in output if c not in "\u2502\u256d\u256e\u2570\u256f\u2500").split())
 
     result = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--block-scale-a", "column"])
-    assert result.exit_code == 2 and "must be auto or one of ['row', 'tma']; got 'column'" in flat(result.output), result.output
+    assert result.exit_code == 2, result.output
+    assert "must be auto or one of ['row', 'tma']; got 'column'" in flat(result.output), result.output
     result = runner.invoke(
         app, ["autotune", "--model", "qwen3-8b", "--block-scale-a", "tma", "--ray", "auto"]
     )

@@ -127,7 +127,7 @@ def _h100_tuned(
     return BENCH_DIR / grid_day / "raw" / f"{grid_prefix}-{fmt}-{model}" / "grid", runs
 
 
-C, D, E, F, G, H, I = (f"2026-12-05-{x}" for x in "cdefghi")
+C, D, E, F, G, H, I = (f"2026-12-05-{x}" for x in "cdefghi")  # noqa: E741 (the folders' letters)
 #: (model, format) -> (grid folder, the three bench processes' kernels.json), in the order added:
 #: (model, format, the grid's day, the bench processes' days[, the grid's phase prefix]).
 H100_TUNED = {
