@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hltools import shapes
 
@@ -68,7 +68,7 @@ class ModelSource:
     source: str
     fmt: str | None = None
     notes: list[str] = field(default_factory=list)
-    fmt_from: str | None = None
+    fmt_from: Literal["quantization_config", "id"] | None = None
 
 
 def resolve_model(name_or_path: str | Path) -> ModelSource:
@@ -203,4 +203,4 @@ def _source(name: str, config: dict[str, Any], source: str, note: str | None = N
             f"{name}: a mixture-of-experts model; only its dense linear layers ({kept}) are covered, "
             "the experts run vLLM's fused-MoE kernels"
         )
-    return ModelSource(name, config, source, fmt, notes, fmt_from if fmt is not None else None)
+    return ModelSource(name, config, source, fmt, notes, fmt_from=fmt_from if fmt is not None else None)
