@@ -190,16 +190,12 @@ def autotune(
             "--gpus counts this machine's GPUs; with --ray leave it out", param_hint="--gpus"
         )
     effort = effort or Effort.grid
-    if compile_alongside and effort != Effort.grid:
-        raise typer.BadParameter(
-            f"only with --effort grid (Helion's autotuner compiles its own candidates); got --effort {effort.value}",
-            param_hint="--compile-alongside",
-        )
-    if jobs is not None and effort != Effort.grid:
-        raise typer.BadParameter(
-            f"only with --effort grid (Helion's autotuner compiles its own candidates); got --effort {effort.value}",
-            param_hint="--jobs",
-        )
+    for grid_only, given in (("--compile-alongside", bool(compile_alongside)), ("--jobs", jobs is not None)):
+        if given and effort != Effort.grid:
+            raise typer.BadParameter(
+                f"only with --effort grid (Helion's autotuner compiles its own candidates); got --effort {effort.value}",
+                param_hint=grid_only,
+            )
     if list_:  # done as a run with this layout would count it (a bad combination above exits 2 first)
         title = f"autotune keys for {model} (tp {','.join(map(str, tps))})"
         _list_keys(out, keys, title, output, gpu, block_scale_a)
@@ -217,8 +213,9 @@ def autotune(
         compile_alongside=compile_alongside,
         compile_workers=jobs,
     )
-    if ray is not None:
-        _autotune_on_ray(out, ray, keys, output, force, budget, model, command, options)
+    if ray is not None:  # the run on the cluster, its table and counts (exit 1 if a key failed)
+        command += f" --ray {shlex.quote(ray)}"
+        _report(out, _tune_on_ray(out, ray, keys, output, command, options, force, budget, model), command)
         return
     try:
         backend = at.gpu_backend()
@@ -355,12 +352,6 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
         )
     except at.AutotuneError as exc:
         _cannot_start(out, exc)
-
-
-def _autotune_on_ray(out, address, keys, output: Path, force, budget, model, command: str, options) -> None:
-    """``autotune --ray``: the run on the cluster, its table and counts (exit 1 if a key failed)."""
-    command += f" --ray {shlex.quote(address)}"
-    _report(out, _tune_on_ray(out, address, keys, output, command, options, force, budget, model), command)
 
 
 def _tune_on_ray(out: Console, address, keys, output: Path, command, options, force, budget, model):
