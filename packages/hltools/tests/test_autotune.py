@@ -780,3 +780,50 @@ def test_check_stage_report_sums_each_stage():
         assert line.endswith(" s in all") and synced == [1, 1]
     finally:
         at.CHECK_STAGES.clear()
+
+
+def test_helion_tuner_hands_helion_an_out_that_equals_its_clone(monkeypatch):
+    """Helion's autotuner takes an argument for mutated when its clone, run through the custom
+    baseline, no longer ``torch.equal``s it, and then checks every candidate's arguments with the
+    accuracy function too. An empty ``out`` holding NaN bits never equals its clone, which fails
+    every candidate of a key (NoConfigFound; lab/scripts/quick_probe.py on a GPU). The fake
+    kernel below runs that detection as Helion 1.5.0's ``_compute_baseline`` does, on CPU inputs:
+    ``out`` is zero-filled, nothing reads as mutated, the fp32 reference passes the check, a
+    wrong output fails it with the error, and a tuple (Helion's argument comparison) fails it
+    with an AssertionError (an accuracy failure) rather than an AttributeError."""
+    import types
+
+    import helion
+
+    from hlcore import scaled_mm as sm
+
+    key = at.TuneKey("fp8_dynamic", 64, 128, 8)
+    inputs = sm.generate_scaled_mm_inputs(key.m, key.n, key.k, fmt=key.fmt, seed=0)
+    monkeypatch.setattr(at, "_inputs", lambda key, options, seed: inputs)
+    seen = {}
+
+    class FakeKernel:
+        settings = types.SimpleNamespace()
+
+        def autotune(self, args, force):
+            clones = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            expected = self.settings.autotune_baseline_fn(*clones)
+            seen["mutated"] = [
+                i
+                for i, (a, c) in enumerate(zip(args, clones, strict=True))
+                if isinstance(a, torch.Tensor) and not torch.equal(a, c)
+            ]
+            seen["out"], seen["expected"] = args[5], expected
+            return helion.Config(**default_scaled_mm_config(key.m, key.n, key.k))
+
+    monkeypatch.setattr(sm, "scaled_mm_kernel", FakeKernel)
+    config = at.helion_tuner(key, at.TuneOptions())
+    assert config == default_scaled_mm_config(key.m, key.n, key.k)
+    assert seen["mutated"] == [] and seen["out"].shape == (8, 64) and not seen["out"].any()
+    check = FakeKernel.settings.autotune_baseline_accuracy_check_fn
+    expected = seen["expected"]
+    check(expected.clone(), expected)  # the reference itself passes
+    with pytest.raises(AssertionError, match="relative error .* vs the fp32 reference"):
+        check(-expected, expected)
+    with pytest.raises(AssertionError, match="expected the kernel's output tensor, got tuple"):
+        check((expected,), (expected,))
