@@ -572,9 +572,9 @@ def helion_tuner(key: TuneKey, options: TuneOptions) -> dict[str, Any]:
     inputs = _inputs(key, options, options.seed)
     tol = tolerance(key.fmt, inputs["out_dtype"])
 
-    def reference(a, b_t, scale_a, scale_b, bias, out_dtype, group_k):
+    def reference(a, b_t, scale_a, scale_b, bias, out, group_k):  # the kernel's arguments
         block = sm.BLOCK_SIZE if group_k else None
-        return sm.scaled_mm_ref(a, b_t.t(), scale_a, scale_b, out_dtype, bias, block_size=block)
+        return sm.scaled_mm_ref(a, b_t.t(), scale_a, scale_b, out.dtype, bias, block_size=block)
 
     def accurate(actual, expected):
         if not isinstance(actual, torch.Tensor):  # Helion comparing the arguments it saw mutated
