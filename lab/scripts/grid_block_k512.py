@@ -46,8 +46,8 @@ def main() -> int:
     try:
         app(sys.argv[1:])
     finally:
-        out = Path(sys.argv[sys.argv.index("--output") + 1])
-        for path in sorted(out.glob("scaled_mm/*.json")):
+        out = Path(sys.argv[sys.argv.index("--output") + 1]) if "--output" in sys.argv else None
+        for path in sorted(out.glob("scaled_mm/*.json")) if out is not None else ():
             entries = [e for e in json.loads(path.read_text()) if "key" in e]
             picked = [e["key"] for e in entries if e["config"]["block_sizes"][2] == 512]
             print(f"{path}: {len(picked)} of {len(entries)} keys picked block_k 512: {picked}")
