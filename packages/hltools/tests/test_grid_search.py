@@ -70,6 +70,19 @@ def test_neighbors_are_the_left_out_values_next_to_a_config():
     ]
 
 
+def test_an_unsplit_block_k_256_config_gets_block_k_512_at_3_and_4_stages():
+    unsplit = {"block_sizes": [16, 64, 256], "num_warps": 4, "num_stages": 4, "split_k": 1, "swap_ab": True}
+    assert gs.neighbors(unsplit, 8) == [
+        {**unsplit, "block_sizes": [16, 32, 256]},
+        {**unsplit, "block_sizes": [16, 64, 512], "num_stages": 3},
+        {**unsplit, "block_sizes": [16, 64, 512], "num_stages": 4},
+    ]
+    assert all(c["block_sizes"][2] != 512 for c in gs.neighbors({**unsplit, "split_k": 2}, 8))
+    assert all(c["block_sizes"][2] != 512 for c in gs.neighbors({**unsplit, "block_sizes": [16, 64, 128]}, 8))
+    assert gs.neighbors(unsplit, 64) == []
+    assert all(c["block_sizes"][2] != 512 for c in gs.search_space("fp8_dynamic", 8, 6144, 4096))
+
+
 def test_small_k_gets_no_split_beyond_its_tiles():
     space = gs.search_space("fp8_dynamic", 1, 256, 512)
     assert max(c["split_k"] for c in space if c["block_sizes"][2] == 256) == 2
@@ -140,7 +153,7 @@ def test_one_search_per_bucket_then_each_m_with_the_top_and_its_heuristic():
     timer = CostModel()
     search = gs.GridSearch(KEYS, time=timer, compile=Recorder())
     picks = {m: search.pick("fp8_dynamic", 6144, 4096, m) for _, _, _, m in KEYS}
-    searches = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS) + 2]  # + 2 neighbours
+    searches = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS) + 4]  # + up to 4 neighbours
     assert sorted(c[1] for c in searches) == [8, 16, 32]  # at each bucket's largest M
     for m, pick in picks.items():  # each M's check starts with its heuristic (a refinement call not)
         heuristic = _key(default_scaled_mm_config(m, 6144, 4096))
@@ -281,7 +294,7 @@ def test_a_left_out_value_that_wins_is_found_as_a_neighbour_of_the_best():
     for m in (24, 32):
         assert search.pick("fp8_dynamic", 6144, 4096, m).config["swap_ab"] is False
     assert search.pick("fp8_dynamic", 6144, 4096, 16).config["block_sizes"][1] != 32  # no bonus at 16
-    grid_timed = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS) + 2]
+    grid_timed = [c for c in timer.calls if len(c[4]) > len(gs.REFINEMENTS) + 4]
     assert all(
         '"swap_ab": false' not in key and ", 32, " not in key for *_, keys in grid_timed for key in keys
     )
@@ -665,7 +678,7 @@ def test_a_timer_that_raises_fails_its_own_groups_keys_only_and_searches_once(tm
     for fmt, n, k, m in KEYS:
         assert search.pick(fmt, n, k, m) == clean.pick(fmt, n, k, m)
     assert [c[1] for c in timer.calls if c[4] == "raised"] == [8, 16]  # each failing group's grid once
-    grids = [c for c in timer.calls if c[4] != "raised" and len(c[4]) > len(gs.REFINEMENTS) + 2]
+    grids = [c for c in timer.calls if c[4] != "raised" and len(c[4]) > len(gs.REFINEMENTS) + 4]
     assert sorted(c[1] for c in grids) == [8, 16, 32]  # the other groups searched once each
 
     # through run_autotune: those keys fail (a rerun retries them), the rest are tuned
@@ -688,7 +701,7 @@ def test_a_group_whose_refinements_raise_fails_its_keys_and_a_dying_search_is_no
 
     class FailingRefinements(CostModel):
         def __call__(self, fmt, m, n, k, configs):
-            refining = len(configs) <= len(gs.REFINEMENTS) + 2 and m == 8 and n == 4096
+            refining = len(configs) <= len(gs.REFINEMENTS) + 4 and m == 8 and n == 4096
             if refining and configs[0] != default_scaled_mm_config(m, n, k):  # not a check
                 raise MemoryError("CUDA out of memory")
             return super().__call__(fmt, m, n, k, configs)

@@ -19,7 +19,7 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
    the grid fixes, one at a time (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor
    (TMA) loads, persistent programs; for block formats also :data:`BLOCK_REFINEMENTS`: the scales
    loaded one K step ahead) and the values the space leaves out next to it (:func:`neighbors`: ``block_n`` 32,
-   ``swap_ab`` off), all groups' variants compiled in one more parallel batch and timed beside it. Then
+   ``swap_ab`` off, ``block_k`` 512 for an unsplit config), all groups' variants compiled in one more parallel batch and timed beside it. Then
    for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed at
    that M and the fastest is the key's config. The heuristic config is always among them, so a key
    never ends slower than the heuristic in the measurement that chose it.
@@ -38,6 +38,11 @@ picked neither for any of their 336 keys (block_n 64 in 311, 128 in 25; swap_ab 
 compile and timing work. Each is still tried as a neighbour of every group's fastest config
 (:func:`neighbors`, with the refinements), so a shape where one of them wins finds it next to the
 best grid config.
+
+Why ``block_k`` 512 only as a neighbour: Helion's LFBO search found it (3 stages, no split-K) 1.5 %
+faster than the grid's pick on one Qwen3-4B key, and as a neighbour of unsplit configs it was
+picked for the qkv keys of Qwen3-4B (M 16-32) and Qwen3-8B on an H100, 1-2.5 % faster there, for
+3-7 more candidates a model (lab/results/2026-12-06-b). It was not tried next to split configs.
 
 Several GPUs (``--gpus N``, :mod:`hltools.autotune_shards`; a Ray cluster's, ``--ray``,
 :mod:`hltools.autotune_ray`): :func:`shard_groups` deals whole shapes (or their groups) to one
@@ -73,6 +78,10 @@ PRUNE_MAX_M = 32
 PRUNED_BLOCK_N = (32,)
 BLOCK_K = (128, 256)
 SPLIT_K = (1, 2, 4, 8, 16, 32)
+#: ``block_k`` outside the space, tried next to a group's fastest config at decode M where that
+#: config has ``block_k`` 256 and no split-K (:func:`neighbors`), at each of :data:`WIDE_BLOCK_K_STAGES`.
+WIDE_BLOCK_K = 512
+WIDE_BLOCK_K_STAGES = (3, 4)
 #: Helion knobs the grid holds fixed, each tried alone on every group's fastest grid config.
 REFINEMENTS: tuple[dict[str, Any], ...] = (
     {"num_warps": 2},
@@ -184,10 +193,12 @@ def search_space(fmt: str, m: int, n: int, k: int) -> list[Config]:
 
 def neighbors(config: Config, m: int, seen: set[str] = frozenset()) -> list[Config]:
     """The values the space leaves out at search M ``m`` (:data:`PRUNE_MAX_M`), next to ``config``:
-    its ``block_n`` halved to a :data:`PRUNED_BLOCK_N` value, and ``swap_ab`` off where M > 16 (the
-    decode space before the pruning held it there); less those in ``seen``, invalid ones
+    its ``block_n`` halved to a :data:`PRUNED_BLOCK_N` value, ``swap_ab`` off where M > 16 (the
+    decode space before the pruning held it there), and where ``config`` has ``block_k`` 256 and no
+    split-K, :data:`WIDE_BLOCK_K` at each of :data:`WIDE_BLOCK_K_STAGES` (a K tile twice as deep,
+    fewer loop steps for a chunk that is all of K); less those in ``seen``, invalid ones
     (:func:`hlcore.scaled_mm_config.check_scaled_mm_config`) and duplicates. None above
-    :data:`PRUNE_MAX_M`, where the space holds them."""
+    :data:`PRUNE_MAX_M`."""
     from hlcore.scaled_mm_config import check_scaled_mm_config
 
     if m > PRUNE_MAX_M:
@@ -198,6 +209,9 @@ def neighbors(config: Config, m: int, seen: set[str] = frozenset()) -> list[Conf
         variants.append({**config, "block_sizes": [block_m, block_n // 2, block_k]})
     if m > 16 and config.get("swap_ab", False):
         variants.append({**config, "swap_ab": False})
+    if block_k == 256 and config.get("split_k", 1) == 1:
+        wide = [block_m, block_n, WIDE_BLOCK_K]
+        variants += [{**config, "block_sizes": wide, "num_stages": s} for s in WIDE_BLOCK_K_STAGES]
     out: dict[str, Config] = {}
     for v in variants:
         if _key(v) not in seen and check_scaled_mm_config(v) is None:
