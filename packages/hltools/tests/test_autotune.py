@@ -144,6 +144,35 @@ def test_failed_key_is_reported_others_saved_and_retried_next_run(tmp_path):
     assert not summary.failed and len(_entries(path)) == 6
 
 
+def test_a_search_cut_by_its_budget_share_says_so(tmp_path):
+    """Helion raises NoConfigFound when its budget ends before a candidate ran (--effort full with
+    under a minute a key); the key's message names its share of --budget-minutes."""
+
+    class NoConfigFound(Exception):  # Helion's helion.exc.NoConfigFound, by name
+        pass
+
+    def tune(key, options):
+        raise NoConfigFound("No working config found from autotuning")
+
+    path = tmp_path / "nvidia_h200.json"
+    clock = Clock()  # stands still: each key's share is the budget over the keys left
+    summary = at.run_autotune(
+        _keys((1,)), path, tune=tune, check=fake_check, metadata=META, budget_seconds=60, clock=clock
+    )
+    assert [s.message.split(" (")[0] for s in summary.failed] == [
+        "no working config in this key's 20 s share of --budget-minutes",
+        "no working config in this key's 30 s share of --budget-minutes",
+        "no working config in this key's 60 s share of --budget-minutes",
+    ]
+    assert summary.failed[0].message.endswith(
+        "tuning raised NoConfigFound: No working config found from autotuning"
+    )
+    unbounded = at.run_autotune(_keys((1,)), path, tune=tune, check=fake_check, metadata=META)
+    assert (
+        unbounded.failed[0].message == "tuning raised NoConfigFound: No working config found from autotuning"
+    )
+
+
 def test_invalid_tuned_config_fails_the_key(tmp_path):
     path = tmp_path / "nvidia_h200.json"
     summary = at.run_autotune(

@@ -461,7 +461,14 @@ def _tune_one(key: TuneKey, tune: Tuner, check: Checker, options: TuneOptions) -
     try:
         config = tune(key, options)
     except Exception as exc:
-        return KeyStatus(key, "failed", message=f"tuning raised {type(exc).__name__}: {exc}"[:300])
+        message = f"tuning raised {type(exc).__name__}: {exc}"
+        if type(exc).__name__ == "NoConfigFound" and options.budget_seconds is not None:
+            # Helion's search ends with no config when its budget runs out before a candidate ran
+            message = (
+                f"no working config in this key's {options.budget_seconds} s share of --budget-minutes "
+                f"(a search cut that short may not finish compiling its first candidates): {message}"
+            )
+        return KeyStatus(key, "failed", message=message[:300])
     reason = check_scaled_mm_config(config)
     if reason:
         return KeyStatus(key, "failed", message=f"tuned config is not usable: {reason}"[:300])

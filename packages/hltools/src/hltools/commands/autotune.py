@@ -284,7 +284,11 @@ def _report(out: Console, summary, command: str) -> None:
     if summary.count("not run"):
         out.print("budget spent: rerun the same command to resume", style="yellow")
     if summary.failed:
-        out.print("rerun the same command to retry the failed keys (done keys are skipped):", style="bold")
+        out.print(
+            "rerun the same command to retry the failed keys (done keys are skipped; a larger --budget-minutes "
+            "where the search found no config in its share):",
+            style="bold",
+        )
         out.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
