@@ -117,7 +117,7 @@ def test_hf_id_by_base_model_says_so(hf_cache):
     assert source.config == load_model_config("qwen3-8b")
     assert source.source == "embedded model qwen3-8b"
     assert source.fmt == "fp8_dynamic"
-    assert any("qwen3-8b's architecture" in n for n in source.notes)
+    assert any("using the embedded qwen3-8b config (its base model)" in n for n in source.notes)
     # the format is said by the command that uses it (not when --formats is given)
     assert not any("fp8_dynamic" in n for n in source.notes)
 
@@ -215,7 +215,7 @@ def test_cli_says_when_a_checkpoint_names_no_format(hf_cache, monkeypatch):
         app, ["autotune", "--model", "Qwen/Qwen3-8B-FP8", "--list"], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
-    assert "format fp8_dynamic: Qwen/Qwen3-8B-FP8 names no format (--formats chooses)" in result.stderr
+    assert "format fp8_dynamic: Qwen/Qwen3-8B-FP8 names no format (--formats overrides)" in result.stderr
     plain = runner.invoke(app, ["autotune", "--model", "qwen3-8b", "--list"], env={"COLUMNS": "200"})
     assert plain.exit_code == 0 and "names no format" not in plain.output
 

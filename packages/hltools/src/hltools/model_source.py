@@ -96,10 +96,7 @@ def resolve_model(name_or_path: str | Path) -> ModelSource:
         return _source(name, shapes.load_model_config(embedded), f"embedded model {embedded}", note)
     base = base_model_name(name)
     if base is not None:
-        note = (
-            f"{name}: not a path, an embedded name or in the Hugging Face cache; using embedded model "
-            f"{base}'s architecture"
-        )
+        note = f"{name}: not in the Hugging Face cache; using the embedded {base} config (its base model)"
         return _source(name, shapes.load_model_config(base), f"embedded model {base}", note)
     raise ValueError(
         f"unknown model {name!r}: not in the local Hugging Face cache, and no embedded model matches "

@@ -219,7 +219,7 @@ def model_formats(
         return [source.fmt]
     if source.source != f"embedded model {source.name.lower()}":  # a checkpoint that names no format
         out.print(
-            f"format fp8_dynamic: {source.name} names no format ({option} chooses)",
+            f"format fp8_dynamic: {source.name} names no format ({option} overrides)",
             highlight=False,
             soft_wrap=True,
         )
