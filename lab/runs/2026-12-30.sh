@@ -8,6 +8,8 @@
 #        w8a8_int8), each in a fresh output; its log's decode-step table reads the run's file
 #        against the file in effect (the packaged grid picks, for Qwen3-1.7B/4B on either GPU), and
 #        its last line counts the keys that picked block_k 512. Does the space gain enough to hold it?
+#        Ran on an H100 SXM in 2026-12-06-b (fourteenth session): picked for 14 of 168 keys, all
+#        qkv; the grid tries it since d61edab, so K5 now only repeats the grid.
 #   other phases: as in 2026-12-29.sh (MEM_LOG) and through it 2026-12-28.sh (CP, GR), 2026-12-27.sh
 #        (GM, BM)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):

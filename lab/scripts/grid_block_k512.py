@@ -5,6 +5,9 @@ FP8_Dynamic qkv at M = 8 on an H100 (lab/results/2026-12-06); this asks whether 
 should hold it. One GPU only (the search runs in this process, where the patch is; compile
 workers receive their configs). Non-block formats only (block formats tile K by 128).
 
+Superseded since d61edab: ``hltools.grid_search.neighbors`` tries the same two configs itself
+(lab/results/2026-12-06-b ran this script); kept as the record of that run.
+
     python3 lab/scripts/grid_block_k512.py autotune --model qwen3-4b --formats fp8_dynamic \
         --effort grid --gpus 1 --output DIR
 
