@@ -18,10 +18,11 @@ knobs that matter, so this search enumerates them (:func:`search_space`) and tim
    benchmarks' timer, a disturbed timing taken again). Then each group's fastest gets the knobs
    the grid fixes, one at a time (:data:`REFINEMENTS`: 2 or 8 warps, 3 stages, tensor-descriptor
    (TMA) loads, persistent programs; for block formats also :data:`BLOCK_REFINEMENTS`: the scales
-   loaded one K step ahead) and the values the space leaves out next to it (:func:`neighbors`: ``block_n`` 32,
-   ``swap_ab`` off, ``block_k`` 512 for an unsplit config), all groups' variants compiled in one more parallel batch and timed beside it. Then
-   for each M of the group the :data:`TOP` fastest and that M's own heuristic config are timed at
-   that M and the fastest is the key's config. The heuristic config is always among them, so a key
+   loaded one K step ahead) and the values the space leaves out next to it (:func:`neighbors`:
+   ``block_n`` 32, ``swap_ab`` off, ``block_k`` 512 for an unsplit config), all groups' variants
+   compiled in one more parallel batch and timed beside it. Then for each M of the group the
+   :data:`TOP` fastest and that M's own heuristic config are timed at that M and the fastest is
+   the key's config. The heuristic config is always among them, so a key
    never ends slower than the heuristic in the measurement that chose it.
 
 The space (:func:`search_space`, the heuristic config first): ``block_n`` 64 / 128, ``block_k``
@@ -39,10 +40,10 @@ compile and timing work. Each is still tried as a neighbour of every group's fas
 (:func:`neighbors`, with the refinements), so a shape where one of them wins finds it next to the
 best grid config.
 
-Why ``block_k`` 512 only as a neighbour: Helion's LFBO search found it (3 stages, no split-K) 1.5 %
-faster than the grid's pick on one Qwen3-4B key, and as a neighbour of unsplit configs it was
-picked for the qkv keys of Qwen3-4B (M 16-32) and Qwen3-8B on an H100, 1-2.5 % faster there, for
-3-7 more candidates a model (lab/results/2026-12-06-b). It was not tried next to split configs.
+Why ``block_k`` 512 only as a neighbour: Helion's LFBO search found it (3 stages, no split-K)
+faster than the grid's pick on one key; next to unsplit configs it wins on some qkv shapes by a
+little, for a few more candidates a model, where a third ``block_k`` in the space would add to every
+group (the measurements: docs/tuning.md, the grid section). It is not tried next to split configs.
 
 Several GPUs (``--gpus N``, :mod:`hltools.autotune_shards`; a Ray cluster's, ``--ray``,
 :mod:`hltools.autotune_ray`): :func:`shard_groups` deals whole shapes (or their groups) to one
