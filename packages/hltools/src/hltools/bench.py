@@ -230,17 +230,18 @@ def resolve_block_scale_a(layout: str) -> str:
         from hlvllm.settings import dispatch_at_env
 
         return BLOCK_SCALE_A_OF_MODE[dispatch_at_env()]
-    if layout not in BLOCK_SCALE_A_LAYOUTS:  # as check_block_scale_a, naming auto too
-        raise ValueError(
-            f"block scale_a layout must be auto or one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}"
-        )
+    check_block_scale_a(layout, auto=True)
     return layout
 
 
-def check_block_scale_a(layout: str) -> None:
-    """``ValueError`` unless ``layout`` is one of :data:`BLOCK_SCALE_A_LAYOUTS`."""
+def check_block_scale_a(layout: str, *, auto: bool = False) -> None:
+    """``ValueError`` unless ``layout`` is one of :data:`BLOCK_SCALE_A_LAYOUTS` (the message names
+    ``auto`` too where the caller takes it, ``auto``)."""
     if layout not in BLOCK_SCALE_A_LAYOUTS:
-        raise ValueError(f"block scale_a layout must be one of {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}")
+        one_of = "auto or one of" if auto else "one of"
+        raise ValueError(
+            f"block scale_a layout must be {one_of} {list(BLOCK_SCALE_A_LAYOUTS)}; got {layout!r}"
+        )
 
 
 def block_scale_a(scale_a: torch.Tensor, fmt: str, layout: str) -> torch.Tensor:
