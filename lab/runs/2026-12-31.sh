@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU runs planned after 2026-12-06's fourteenth session (lab/results/2026-12-06-b), where
+# `--effort full` on Qwen3-4B FP8_Dynamic's four shapes at M = 8 got 8 minutes for the four (3
+# generations a key of its 20) and kept every grid pick. New phase:
+#   F1   `--effort full` on ONE key with the time to run its generations: Qwen3-4B FP8_Dynamic at
+#        M = 8, the shape FULL_N (default 6144: qkv, where `--effort quick` once beat the grid by
+#        1.5 % with block_k 512), the other three shapes of that run seeded as done from
+#        2026-12-06-b's full8.json (so the run tunes that key only), FULL_MINUTES of budget
+#        (default 8.5: one call of 600 s holds it with the bundle's set-up and the key's check).
+#        The key's line reads LFBO's pick against the file in effect (the H100 file's grid pick,
+#        or the H200 file's config).
+#   other phases: as in 2026-12-30.sh (K5) and through it 2026-12-29.sh, 2026-12-28.sh (CP, GR),
+#        2026-12-27.sh (GM, BM)
+# Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
+#   FULL_N=6144 FULL_MINUTES=8.5 LIMIT=590 RES=/tmp/gpu-runs bash lab/runs/2026-12-31.sh F1
+# Order on an H200: 2026-12-28.sh's H200 order (CP first, with 2026-12-29.sh's MEM_LOG=1).
+# On an H100 SXM (1,800 s): part.00..02; part.03 + dist with F1 FULL_N=6144; then F1 FULL_N=19456
+#   (gate_up) with what is left.
+set -u
+here=$(dirname "$0")
+phase=${1:?the phase to run: F1, K5, GM, BM, CP, GR, ...}
+[ "$phase" = F1 ] || exec bash "$here/2026-12-30.sh" "$@"
+n=${FULL_N:-6144}
+phase=F1-qwen3-4b-fp8_dynamic-n$n
+source "$here/phase-lib.sh"
+phase_begin
+gpu=$(python3 -c "import hlcore.config_store as c; print(c.current_gpu_name())")
+mkdir -p "$O/full/scaled_mm"
+python3 - "$n" "$O/full/scaled_mm/$gpu.json" <<'EOF'
+import json, sys
+n, path = int(sys.argv[1]), sys.argv[2]
+rows = json.load(open("lab/results/2026-12-06-b/raw/full/full8.json"))
+kept = [r for r in rows if r.get("key", {}).get("n") != n]
+assert len(kept) == len(rows) - 1, f"no key with N = {n} in full8.json"
+json.dump(kept, open(path, "w"), indent=1)
+print(f"seeded {len(kept) - 1} keys as done into {path}")
+EOF
+run full "$(left)" python3 -m hltools autotune --model qwen3-4b --formats fp8_dynamic --num-tokens 8 \
+    --effort full --budget-minutes "${FULL_MINUTES:-8.5}" --gpus 1 --output "$O/full"
+grep -h "Generation\|Autotuning complete\|Qualified\|^tuned\|failed" "$O/full.log" | tail -n 30
+sed -n "/format .*status/,/└/p" "$O/full.log"
+phase_end
