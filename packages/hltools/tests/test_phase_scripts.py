@@ -83,8 +83,8 @@ def test_kb_calls_parse():
 
 def _hltools_calls():
     """(script, words after ``python3 -m hltools``) of each direct call, line continuations joined,
-    shell arithmetic read as 7, ``$MODEL8B`` as qwen3-8b and other variables as a path (``.`` after
-    an option of :data:`EXISTING`)."""
+    shell arithmetic read as 7, ``${NAME:-default}`` as its default, ``$MODEL8B`` as qwen3-8b and
+    other variables as a path (``.`` after an option of :data:`EXISTING`)."""
     out = []
     for script in SCRIPTS:
         text = script.read_text().replace("\\\n", " ")
@@ -93,6 +93,7 @@ def _hltools_calls():
                 continue
             cmd = ln.split("python3 -m hltools", 1)[1].split(";")[0].split("&&")[0].split(">")[0]
             cmd = re.sub(r"\$\(\(.*?\)\)+", "7", cmd)
+            cmd = re.sub(r"\$\{\w+:-([^}$]*)\}", r"\1", cmd)
             cmd = cmd.replace("$MODEL8B", "qwen3-8b")
             words = shlex.split(cmd)  # a variable: "x"; after an option that must exist: "."
             words = [
