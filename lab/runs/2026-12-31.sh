@@ -9,18 +9,48 @@
 #        (default 8.5: one call of 600 s holds it with the bundle's set-up and the key's check).
 #        The key's line reads LFBO's pick against the file in effect (the H100 file's grid pick,
 #        or the H200 file's config).
+#   K6   lab/scripts/grid_lfbo_knobs.py (the grid with F1's two picks' Helion knobs, and swap_ab off
+#        at M <= 16 alone and with split_k doubled, tried next to each group's fastest config) on
+#        each of RT_MODELS in RT_FORMAT (fp8_dynamic or w8a8_int8), then the grid as shipped on the
+#        same model as a control, each in a fresh output; each log's decode-step table reads its
+#        file against the file in effect, and the K6 log's last lines count the keys that picked
+#        each kind of variant. Do F1's knobs carry over to other shapes and M?
 #   other phases: as in 2026-12-30.sh (K5) and through it 2026-12-29.sh, 2026-12-28.sh (CP, GR),
 #        2026-12-27.sh (GM, BM)
 # Usage there (after the bundle's env.sh and lab/scripts/setup.sh):
 #   FULL_N=6144 FULL_MINUTES=8.5 LIMIT=590 RES=/tmp/gpu-runs bash lab/runs/2026-12-31.sh F1
+#   RT_MODELS="qwen3-4b qwen3-8b" RT_FORMAT=fp8_dynamic LIMIT=560 RES=/tmp/gpu-runs bash lab/runs/2026-12-31.sh K6
 # Order on an H200: 2026-12-28.sh's H200 order (CP first, with 2026-12-29.sh's MEM_LOG=1).
 # On an H100 SXM (1,800 s): part.00..02; part.03 + dist with F1 FULL_N=6144; then F1 FULL_N=19456
 #   (gate_up) with what is left.
 # Ran on an H100 SXM in 2026-12-06's fifteenth session (lab/results/2026-12-06-c): both keys'
 #   searches stopped at generation 15 and beat the grid's picks by 1.7 % (qkv) and 1.8 % (gate_up).
+# Next, on either GPU: K6 RT_MODELS="qwen3-4b qwen3-8b" RT_FORMAT=fp8_dynamic (LIMIT=560: a model's
+#   grid took 63-80 s on an H100, 146-242 s on an H200 before the pruning; its control as long), then
+#   K6 with RT_FORMAT=w8a8_int8; on an H200 after 2026-12-28.sh's order.
 set -u
 here=$(dirname "$0")
-phase=${1:?the phase to run: F1, K5, GM, BM, CP, GR, ...}
+phase=${1:?the phase to run: F1, K6, K5, GM, BM, CP, GR, ...}
+if [ "$phase" = K6 ]; then
+    read -r -a models <<<"${RT_MODELS:-qwen3-4b}"
+    f=${RT_FORMAT:-fp8_dynamic}
+    phase=K6-$f-$(IFS=_; echo "${models[*]}")
+    source "$here/phase-lib.sh"
+    phase_begin
+    for m in "${models[@]}"; do
+        HL_KERNEL_CACHE_DIR= run "grid-$m" "${GRID_LIMIT:-200}" python3 lab/scripts/grid_lfbo_knobs.py autotune \
+            --model "$m" --formats "$f" --effort grid --gpus 1 --output "$O/grid-$m"
+        sed -n "/decode step/,/└/p" "$O/grid-$m.log"
+        grep -h "grid search:" "$O/grid-$m.log"
+        tail -n 4 "$O/grid-$m.log"
+        HL_KERNEL_CACHE_DIR= run "ctl-$m" "${GRID_LIMIT:-200}" python3 -m hltools autotune \
+            --model "$m" --formats "$f" --effort grid --gpus 1 --output "$O/ctl-$m"
+        sed -n "/decode step/,/└/p" "$O/ctl-$m.log"
+        grep -h "grid search:" "$O/ctl-$m.log"
+    done
+    phase_end
+    exit 0
+fi
 [ "$phase" = F1 ] || exec bash "$here/2026-12-30.sh" "$@"
 n=${FULL_N:-6144}
 phase=F1-qwen3-4b-fp8_dynamic-n$n
