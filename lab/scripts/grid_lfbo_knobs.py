@@ -82,13 +82,13 @@ def neighbors(config, m, seen=frozenset()):
     return out
 
 
-def kind(config: dict) -> str:
-    """Which variant a picked config is: ``qkv knobs``, ``gate_up knobs``, ``swap_ab off`` (at
-    decode M <= 16 the grid's space has it on) or ``grid``."""
+def kind(config: dict, m: int) -> str:
+    """Which variant a config picked at M ``m`` is: ``qkv knobs``, ``gate_up knobs``, ``swap_ab off``
+    (at M <= 16 the grid's space has it on) or ``grid``."""
     for name, knobs in KNOBS.items():
         if knobs and all(config.get(k) == v for k, v in knobs.items()):
             return f"{name} knobs"
-    return "grid"
+    return "swap_ab off" if m <= 16 and config.get("swap_ab") is False else "grid"
 
 
 def main() -> int:
@@ -107,10 +107,8 @@ def main() -> int:
             entries = [e for e in json.loads(path.read_text()) if "key" in e]
             counts: dict[str, list] = {}
             for e in entries:
-                k = kind(e["config"])
-                if k == "grid" and e["key"]["m"] <= 16 and e["config"].get("swap_ab") is False:
-                    k = "swap_ab off"
-                counts.setdefault(k, []).append((e["key"]["n"], e["key"]["k"], e["key"]["m"]))
+                key = e["key"]
+                counts.setdefault(kind(e["config"], key["m"]), []).append((key["n"], key["k"], key["m"]))
             for k, keys in sorted(counts.items()):
                 print(
                     f"{path}: {len(keys)} of {len(entries)} keys picked {k}"
