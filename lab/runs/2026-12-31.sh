@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU runs planned after 2026-12-06's fourteenth session (lab/results/2026-12-06-b), where
 # `--effort full` on Qwen3-4B FP8_Dynamic's four shapes at M = 8 got 8 minutes for the four (3
-# generations a key of its 20) and kept every grid pick. New phase:
+# generations a key of its 20) and kept every grid pick. New phases (K6 added after F1 ran):
 #   F1   `--effort full` on ONE key with the time to run its generations: Qwen3-4B FP8_Dynamic at
 #        M = 8, the shape FULL_N (default 6144: qkv, where `--effort quick` once beat the grid by
 #        1.5 % with block_k 512), the other three shapes of that run seeded as done from
@@ -23,11 +23,11 @@
 # Order on an H200: 2026-12-28.sh's H200 order (CP first, with 2026-12-29.sh's MEM_LOG=1).
 # On an H100 SXM (1,800 s): part.00..02; part.03 + dist with F1 FULL_N=6144; then F1 FULL_N=19456
 #   (gate_up) with what is left.
-# Ran on an H100 SXM in 2026-12-06's fifteenth session (lab/results/2026-12-06-c): both keys'
+# F1 ran on an H100 SXM in 2026-12-06's fifteenth session (lab/results/2026-12-06-c): both keys'
 #   searches stopped at generation 15 and beat the grid's picks by 1.7 % (qkv) and 1.8 % (gate_up).
 # Next, on either GPU: K6 RT_MODELS="qwen3-4b qwen3-8b" RT_FORMAT=fp8_dynamic (LIMIT=560: a model's
 #   grid took 63-80 s on an H100, 146-242 s on an H200 before the pruning; its control as long), then
-#   K6 with RT_FORMAT=w8a8_int8; on an H200 after 2026-12-28.sh's order.
+#   K6 with RT_FORMAT=w8a8_int8; on an H200 after 2026-12-28.sh's order, one model a call.
 set -u
 here=$(dirname "$0")
 phase=${1:?the phase to run: F1, K6, K5, GM, BM, CP, GR, ...}
