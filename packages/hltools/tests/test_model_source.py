@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from hltools import model_source as ms
 from hltools.cli import app
-from hltools.shapes import linear_shapes, load_model_config
+from hltools.shapes import UnknownLayer, linear_shapes, load_model_config, only_layers
 
 runner = CliRunner()
 
@@ -169,6 +169,9 @@ def test_moe_model_has_its_dense_layers_only_and_a_note(tmp_path):
     assert any("mixture-of-experts" in n and "(qkv, o)" in n for n in source.notes)
     dense = {**QWEN3_MOE, "mlp_only_layers": [0]}
     assert [s.name for s in linear_shapes(dense)] == ["qkv", "o", "gate_up", "down"]
+    with pytest.raises(UnknownLayer, match=r"unknown layer\(s\) \['gate_up'\]; choose from \['qkv', 'o'\]$"):
+        only_layers(linear_shapes(QWEN3_MOE), ["o", "gate_up"])  # --layer on its experts' MLP
+    assert [s.name for s in only_layers(linear_shapes(dense), ["down", "qkv"])] == ["qkv", "down"]
 
 
 def test_cli_takes_an_hf_id_and_its_format_offline(hf_cache, monkeypatch):

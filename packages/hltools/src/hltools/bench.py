@@ -50,7 +50,7 @@ from hlcore import config_store
 from hltools import kernel_results, providers
 from hltools.format_names import FORMATS, check_formats
 from hltools.kernel_results import BASELINES, FIELDS, BenchResult
-from hltools.shapes import linear_shapes
+from hltools.shapes import linear_shapes, only_layers
 
 BLOCK_CANDIDATES = providers.BLOCK_ORDER  # vLLM 0.26's CUDA order (FlashInfer aside)
 SANITY_REL_ERR = 0.1  # a baseline further than this from the fp32 reference is treated as broken
@@ -94,12 +94,7 @@ def bench_shapes(
         raise ValueError(f"num_tokens must be positive integers; got {list(num_tokens)}")
     out = []
     for name, config in models:
-        shapes = linear_shapes(dict(config), tp=tp)
-        if layers:
-            bad = sorted(set(layers) - {s.name for s in shapes})
-            if bad:
-                raise ValueError(f"unknown layer(s) {bad}; choose from {[s.name for s in shapes]}")
-            shapes = [s for s in shapes if s.name in layers]
+        shapes = only_layers(linear_shapes(dict(config), tp=tp), layers)
         merged: dict[tuple[int, int], list[str]] = {}
         for s in shapes:
             merged.setdefault((s.n, s.k), []).append(s.name)

@@ -21,6 +21,7 @@ the project spec (Qwen3 1.7B-32B, Llama-3.1-8B); any other model works from a pa
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -222,6 +223,26 @@ def linear_shapes(config: dict[str, Any], tp: int = 1) -> list[LinearShape]:
         LinearShape("gate_up", 2 * inter_rank, hidden),
         LinearShape("down", hidden, inter_rank),
     ]
+
+
+class UnknownLayer(ValueError):
+    """A ``--layer`` name the model does not have (:func:`only_layers`)."""
+
+
+def only_layers(shapes: list[LinearShape], layers: Sequence[str] | None) -> list[LinearShape]:
+    """The ``shapes`` (:func:`linear_shapes`) whose ``name`` is in ``layers``, in their order; all of
+    them when ``layers`` is None or empty.
+
+    Raises:
+        UnknownLayer: a name in ``layers`` that none of ``shapes`` has (the message names it and
+            the model's layers: a MoE model without dense MLP layers has qkv and o only).
+    """
+    if not layers:
+        return list(shapes)
+    unknown = sorted(set(layers) - {s.name for s in shapes})
+    if unknown:
+        raise UnknownLayer(f"unknown layer(s) {unknown}; choose from {[s.name for s in shapes]}")
+    return [s for s in shapes if s.name in layers]
 
 
 #: config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek).

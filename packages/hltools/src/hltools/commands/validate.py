@@ -14,7 +14,7 @@ from rich.console import Console
 from hltools import options as opt
 from hltools.provenance import git_commit, versions
 from hltools.results import write_json
-from hltools.shapes import LinearShape, linear_shapes, models_table
+from hltools.shapes import LinearShape, UnknownLayer, linear_shapes, models_table, only_layers
 
 DEFAULT_CPU_SCALE = 64
 
@@ -104,14 +104,10 @@ def validate(
 
 
 def _only_layers(shapes: list[LinearShape], layers: list[str] | None) -> list[LinearShape]:
-    if not layers:
-        return shapes
-    unknown = sorted(set(layers) - {s.name for s in shapes})
-    if unknown:
-        raise typer.BadParameter(
-            f"unknown layer(s) {unknown}; choose from {[s.name for s in shapes]}", param_hint="--layer"
-        )
-    return [s for s in shapes if s.name in layers]
+    try:
+        return only_layers(shapes, layers)
+    except UnknownLayer as exc:
+        raise opt.bad_parameter(exc, "--layer") from None
 
 
 def _run_mode() -> str:
