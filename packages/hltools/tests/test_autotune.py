@@ -14,7 +14,7 @@ from hlcore.formats import FORMAT_NAMES
 from hlcore.scaled_mm_config import default_scaled_mm_config
 from hltools import autotune as at
 from hltools.cli import app
-from hltools.shapes import load_model_config
+from hltools.shapes import UnknownLayer, load_model_config
 
 runner = CliRunner()
 TINY = {  # qkv (768, 256) and gate_up (768, 256) coincide; o (256, 256); down (256, 384)
@@ -87,6 +87,30 @@ def test_build_keys_with_tp_and_duplicates():
         at.build_keys(TINY, ["fp4"], [1], [1])
     with pytest.raises(ValueError, match="does not divide"):
         at.build_keys(TINY, ["fp8_dynamic"], [3], [1])
+
+
+def test_build_keys_of_some_layers_only():
+    """``layers`` keeps the keys of those layers' shapes, in the usual order; a shape two layers
+    share is kept when either is asked for; a layer the model lacks is named with the model's."""
+    keys = at.build_keys(load_model_config("qwen3-4b"), ["fp8_dynamic"], [1], [8, 1], ["gate_up", "qkv"])
+    assert [(k.n, k.k, k.m, k.layers) for k in keys] == [
+        (6144, 2560, 1, ("qkv tp1",)),
+        (6144, 2560, 8, ("qkv tp1",)),
+        (19456, 2560, 1, ("gate_up tp1",)),
+        (19456, 2560, 8, ("gate_up tp1",)),
+    ]
+    assert [k.layers for k in at.build_keys(TINY, ["fp8_dynamic"], [1], [1], ["gate_up"])] == [
+        ("gate_up tp1",)
+    ]
+    assert at.build_keys(TINY, ["fp8_dynamic"], [1], [1], []) == at.build_keys(
+        TINY, ["fp8_dynamic"], [1], [1]
+    )
+    with pytest.raises(
+        UnknownLayer, match=r"unknown layer\(s\) \['mlp'\]; choose from \['qkv', 'o', 'gate_up', 'down'\]"
+    ):
+        at.build_keys(TINY, ["fp8_dynamic"], [1], [1], ["down", "mlp"])
+    with pytest.raises(ValueError, match="does not divide"):  # the TP size is checked first
+        at.build_keys(TINY, ["fp8_dynamic"], [3], [1], ["mlp"])
 
 
 def test_decode_num_tokens_follows_max_helion_size():
@@ -377,6 +401,34 @@ def test_cli_list_prints_keys_with_tp_and_max_helion_size(no_gpu, monkeypatch):
     lines = result.output.splitlines()
     assert any("3072" in ln and "4096" in ln and " 48 " in ln and "qkv tp2" in ln for ln in lines)
     assert not any(" 56 " in ln for ln in lines)
+
+
+def test_cli_layer_lists_and_tunes_those_layers_only_and_its_rerun_says_so(no_gpu, tmp_path, monkeypatch):
+    """``--layer`` (repeatable, as in validate and bench kernels): --list shows those layers' keys,
+    a run tunes them alone and its resume command (printed on failure, kept in the file's metadata)
+    names them; an unknown layer exits 2 naming the model's layers."""
+    listed = runner.invoke(
+        app, ["autotune", "--model", "qwen3-4b", "--list", "--layer", "gate_up", "--num-tokens", "8"]
+    )
+    assert listed.exit_code == 0, listed.output
+    assert "1 keys, 0 done" in listed.output and "gate_up tp1" in listed.output and "qkv" not in listed.output
+    bad = runner.invoke(app, ["autotune", "--model", "qwen3-4b", "--list", "--layer", "mlp"])
+    assert bad.exit_code == 2
+    assert "Invalid value for --layer: unknown layer(s) ['mlp']; choose from" in " ".join(bad.output.split())
+
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(TINY))
+    out = tmp_path / "out"
+    tuner = FakeTuner(fail={(256, 384, 4)})
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    args = ["autotune", "--model", str(model), "--num-tokens", "1,4", "--layer", "down", "--output", str(out)]
+    result = runner.invoke(app, [*args, "--effort", "quick"])
+    assert result.exit_code == 1, result.output
+    assert tuner.calls == [("fp8_dynamic", 256, 384, 1), ("fp8_dynamic", 256, 384, 4)]
+    assert "--num-tokens 1,4 --layer down --effort quick" in " ".join(result.output.split())
+    meta = cs.read_config_file(out / "scaled_mm" / "nvidia_h200.json").metadata
+    assert "--layer down" in meta["command"]
 
 
 def test_cli_tunes_resumes_and_fails_with_a_fake_backend(tmp_path, monkeypatch):

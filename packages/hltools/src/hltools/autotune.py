@@ -66,7 +66,7 @@ from hltools.bench_configs import PROVENANCE_FIELDS, earlier_provenance, fallbac
 from hltools.format_names import check_formats
 from hltools.provenance import versions
 from hltools.results import ResultTable, cell, geomean
-from hltools.shapes import linear_shapes
+from hltools.shapes import linear_shapes, only_layers
 
 DEFAULT_NUM_TOKENS = (1, 2, 4, 8, 16, 24, 32)
 EFFORTS = ("quick", "full")
@@ -114,15 +114,21 @@ class TuneKey:
 
 
 def build_keys(
-    model_config: dict[str, Any], formats: Sequence[str], tps: Sequence[int], num_tokens: Sequence[int]
+    model_config: dict[str, Any],
+    formats: Sequence[str],
+    tps: Sequence[int],
+    num_tokens: Sequence[int],
+    layers: Sequence[str] | None = None,
 ) -> list[TuneKey]:
     """Every (format, N, K, M) of the model for these TP sizes, format-major, then shapes in the
-    order of :func:`linear_shapes` over ascending TP, then M; each once. Raises ``ValueError`` for
-    an unknown format or a TP size the model cannot be split by."""
+    order of :func:`linear_shapes` over ascending TP, then M; each once. ``layers`` (e.g.
+    ``["gate_up"]``): only those layers' shapes (:func:`hltools.shapes.only_layers`; all when None).
+    Raises ``ValueError`` for an unknown format or a TP size the model cannot be split by, and its
+    subclass :class:`hltools.shapes.UnknownLayer` for a layer the model does not have."""
     formats = check_formats(formats)
     shapes: dict[tuple[int, int], list[str]] = {}
     for tp in sorted(dict.fromkeys(tps)):
-        for s in linear_shapes(model_config, tp=tp):
+        for s in only_layers(linear_shapes(model_config, tp=tp), layers):
             shapes.setdefault((s.n, s.k), []).append(f"{s.name} tp{tp}")
     return [
         TuneKey(fmt, n, k, m, tuple(layers))

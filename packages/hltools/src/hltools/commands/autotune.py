@@ -15,6 +15,7 @@ from rich.console import Console
 
 from hltools import options as opt
 from hltools.provenance import git_commit
+from hltools.shapes import UnknownLayer
 
 
 class Effort(StrEnum):
@@ -131,6 +132,7 @@ def autotune(
     formats: opt.ModelFormats = None,
     tp: TpSizes = "1",
     num_tokens: NumTokens = None,
+    layer: opt.Layers = None,
     effort: EffortOption = None,
     budget_minutes: BudgetMinutes = None,
     seed: Seed = 0,
@@ -164,7 +166,9 @@ def autotune(
     tps = opt.parse_ints(tp, "--tp")
     tokens = _num_tokens(num_tokens)
     try:
-        keys = at.build_keys(config, fmts, tps, tokens)
+        keys = at.build_keys(config, fmts, tps, tokens, layer)
+    except UnknownLayer as exc:
+        raise opt.bad_parameter(exc, "--layer") from None
     except ValueError as exc:
         raise opt.bad_parameter(exc, "--tp") from None  # the formats were checked above
     if gpu is not None:
@@ -203,7 +207,18 @@ def autotune(
     compile_alongside = effort == Effort.grid if compile_alongside is None else compile_alongside
     output = output if output is not None else _default_output()
     command = _resume_command(
-        model, fmts, tps, tokens, effort, seed, output, budget_minutes, block_scale_a, compile_alongside, jobs
+        model,
+        fmts,
+        tps,
+        tokens,
+        effort,
+        seed,
+        output,
+        budget_minutes,
+        block_scale_a,
+        compile_alongside,
+        jobs,
+        layer,
     )
     budget = None if budget_minutes is None else budget_minutes * 60
     options = at.TuneOptions(
@@ -305,6 +320,7 @@ def _resume_command(
     block_scale_a="row",
     alongside=False,
     jobs=None,
+    layers=None,
 ) -> str:
     """The command line that reruns this tuning (without --force: a rerun resumes)."""
     parts = [
@@ -317,7 +333,9 @@ def _resume_command(
         "--tp",
         ",".join(map(str, tps)),
     ]
-    parts += ["--num-tokens", ",".join(map(str, tokens)), "--effort", effort.value, "--seed", str(seed)]
+    parts += ["--num-tokens", ",".join(map(str, tokens))]
+    parts += [word for name in dict.fromkeys(layers or ()) for word in ("--layer", name)]
+    parts += ["--effort", effort.value, "--seed", str(seed)]
     parts += ["--output", str(output)]
     parts += ["--budget-minutes", f"{budget_minutes:g}"] if budget_minutes is not None else []
     parts += ["--block-scale-a", block_scale_a]  # explicit: the default follows HL_DISPATCH_AT
