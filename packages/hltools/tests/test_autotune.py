@@ -57,6 +57,16 @@ class Clock:
         return self.now
 
 
+def _fake_backend(monkeypatch, tmp_path, tuner):
+    """TINY's config.json written into ``tmp_path`` and this machine's GPU backend faked (an H200,
+    ``tuner``, :func:`fake_check`): the config's path, for ``--model``."""
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(TINY))
+    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    return model
+
+
 def _keys(num_tokens=(1, 4)):
     return at.build_keys(TINY, ["fp8_dynamic"], [1], num_tokens)
 
@@ -416,12 +426,9 @@ def test_cli_layer_lists_and_tunes_those_layers_only_and_its_rerun_says_so(no_gp
     assert bad.exit_code == 2
     assert "Invalid value for --layer: unknown layer(s) ['mlp']; choose from" in " ".join(bad.output.split())
 
-    model = tmp_path / "config.json"
-    model.write_text(json.dumps(TINY))
     out = tmp_path / "out"
     tuner = FakeTuner(fail={(256, 384, 4)})
-    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
-    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    model = _fake_backend(monkeypatch, tmp_path, tuner)
     args = ["autotune", "--model", str(model), "--num-tokens", "1,4", "--layer", "down", "--output", str(out)]
     result = runner.invoke(app, [*args, "--effort", "quick"])
     assert result.exit_code == 1, result.output
@@ -432,12 +439,9 @@ def test_cli_layer_lists_and_tunes_those_layers_only_and_its_rerun_says_so(no_gp
 
 
 def test_cli_tunes_resumes_and_fails_with_a_fake_backend(tmp_path, monkeypatch):
-    model = tmp_path / "config.json"
-    model.write_text(json.dumps(TINY))
     out = tmp_path / "out"
     tuner = FakeTuner(fail={(256, 384, 4)})
-    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
-    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    model = _fake_backend(monkeypatch, tmp_path, tuner)
     args = ["autotune", "--model", str(model), "--num-tokens", "1,4", "--seed", "5", "--output", str(out)]
     args += ["--effort", "quick"]  # the fake tuner stands for Helion's autotuner
 
@@ -474,13 +478,10 @@ def test_cli_tunes_resumes_and_fails_with_a_fake_backend(tmp_path, monkeypatch):
 
 
 def test_cli_refuses_a_file_from_another_helion_without_force(tmp_path, monkeypatch):
-    model = tmp_path / "config.json"
-    model.write_text(json.dumps(TINY))
     path = tmp_path / "scaled_mm" / "nvidia_h200.json"
     cs.save_config_file(path, [], {"gpu": "nvidia_h200", "helion": "0.0.1"})
     tuner = FakeTuner()
-    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
-    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    model = _fake_backend(monkeypatch, tmp_path, tuner)
     args = ["autotune", "--model", str(model), "--num-tokens", "2", "--output", str(tmp_path)]
     args += ["--effort", "quick"]
     result = runner.invoke(app, args)
@@ -585,12 +586,9 @@ def test_cli_block_scale_a_follows_the_dispatch_mode_by_default(
     """``--block-scale-a auto`` (the default): Block_FP8 keys are tuned on the layout hlvllm's dispatch
     mode hands the GEMM (vLLM's column-major in capture mode, the default; row-major with
     HL_DISPATCH_AT=op), and the entries and the resume command say which."""
-    model = tmp_path / "config.json"
-    model.write_text(json.dumps(TINY))
     out = tmp_path / "out"
     tuner = FakeTuner()
-    monkeypatch.setattr(at, "gpu_backend", lambda: ("NVIDIA H200", tuner, fake_check))
-    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "0")
+    model = _fake_backend(monkeypatch, tmp_path, tuner)
     dispatch_at(mode)
     args = [
         "autotune",
