@@ -104,3 +104,27 @@ def test_a_tp_the_model_cannot_be_split_by_names_tp_alone(command):
     assert (
         message == "Invalid value for --tp: tensor parallel size 3 does not divide num_attention_heads = 32"
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["autotune", "--list"], ["bench", "kernels", "--list"]],
+    ids=["autotune", "bench kernels"],
+)
+def test_layer_takes_commas_or_repeats_and_a_bad_name_names_the_option(command):
+    """``--layer gate_up,down`` selects what ``--layer gate_up --layer down`` does; a name the model
+    lacks exits 2 naming --layer and the model's layers, in each command that takes it (validate:
+    test_formats_all_everywhere_and_a_bad_format_named)."""
+    args = [*command, "--model", "qwen3-4b", "--formats", "fp8_dynamic", "--num-tokens", "8"]
+    commas, repeated = (
+        invoke([*args, "--layer", "gate_up,down"]),
+        invoke([*args, "--layer", "gate_up", "--layer", "down"]),
+    )
+    assert commas.exit_code == 0, commas.output
+    assert commas.output == repeated.output
+    assert "19456" in commas.output and "6144" not in commas.output  # gate_up's N, not qkv's
+    message = _message(invoke([*args, "--layer", "gate_up,mlp"]))
+    assert (
+        message
+        == "Invalid value for --layer: unknown layer(s) ['mlp']; choose from ['qkv', 'o', 'gate_up', 'down']"
+    )

@@ -90,7 +90,8 @@ Tp = Annotated[
     ),
 ]
 Layers = Annotated[
-    list[str] | None, typer.Option(help="Only these layers (qkv, o, gate_up, down); repeatable.")
+    list[str] | None,
+    typer.Option(help="Only these layers (qkv, o, gate_up, down): comma-separated, or the option repeated."),
 ]
 OutDtypeOption = Annotated[OutDtype, typer.Option(help="Output dtype.")]
 Seed = Annotated[int, typer.Option(help="Seed of the generated inputs.")]

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from hltools import options as opt
+from hltools.shapes import UnknownLayer
 
 Repeats = Annotated[int, typer.Option(min=3, help="Timed CUDA-graph replays per measurement.")]
 Warmup = Annotated[int, typer.Option(min=0, help="Untimed replays first.")]
@@ -97,7 +98,9 @@ def kernels(
         candidates = bench.default_candidates(
             opt.split_names(baselines), opt.split_names(block_providers), block_scale_a
         )
-    except ValueError as exc:  # an unknown layer, baseline or block provider: the message names it
+    except UnknownLayer as exc:
+        raise opt.bad_parameter(exc, "--layer") from None
+    except ValueError as exc:  # an unknown baseline or block provider: the message names it
         raise opt.bad_parameter(exc) from None
     if list_:
         out.print(_points_table(shapes, candidates, tp))
