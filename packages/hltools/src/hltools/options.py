@@ -89,9 +89,19 @@ Tp = Annotated[
         "row-parallel layers (o, down).",
     ),
 ]
+
+
+def _layer_names(values: list[str] | None) -> list[str] | None:
+    """``--layer``'s values as names: comma-separated ones split (:func:`split_names`), each once."""
+    return split_names(",".join(values)) if values else values
+
+
 Layers = Annotated[
     list[str] | None,
-    typer.Option(help="Only these layers (qkv, o, gate_up, down): comma-separated, or the option repeated."),
+    typer.Option(
+        help="Only these layers (qkv, o, gate_up, down): comma-separated, or the option repeated.",
+        callback=_layer_names,
+    ),
 ]
 OutDtypeOption = Annotated[OutDtype, typer.Option(help="Output dtype.")]
 Seed = Annotated[int, typer.Option(help="Seed of the generated inputs.")]

@@ -231,20 +231,18 @@ class UnknownLayer(ValueError):
 
 def only_layers(shapes: list[LinearShape], layers: Sequence[str] | None) -> list[LinearShape]:
     """The ``shapes`` (:func:`linear_shapes`) whose ``name`` is in ``layers``, in their order; all of
-    them when ``layers`` is None or empty. An item of ``layers`` may hold several names separated by
-    commas (``--layer gate_up,down`` as ``--layer gate_up --layer down``).
+    them when ``layers`` is None or empty.
 
     Raises:
         UnknownLayer: a name in ``layers`` that none of ``shapes`` has (the message names it and
             the model's layers: a MoE model without dense MLP layers has qkv and o only).
     """
-    wanted = {name.strip() for item in layers or () for name in item.split(",") if name.strip()}
-    if not wanted:
+    if not layers:
         return list(shapes)
-    unknown = sorted(wanted - {s.name for s in shapes})
+    unknown = sorted(set(layers) - {s.name for s in shapes})
     if unknown:
         raise UnknownLayer(f"unknown layer(s) {unknown}; choose from {[s.name for s in shapes]}")
-    return [s for s in shapes if s.name in wanted]
+    return [s for s in shapes if s.name in layers]
 
 
 #: config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek).
