@@ -169,8 +169,15 @@ def test_moe_model_has_its_dense_layers_only_and_a_note(tmp_path):
     assert any("mixture-of-experts" in n and "(qkv, o)" in n for n in source.notes)
     dense = {**QWEN3_MOE, "mlp_only_layers": [0]}
     assert [s.name for s in linear_shapes(dense)] == ["qkv", "o", "gate_up", "down"]
-    with pytest.raises(UnknownLayer, match=r"unknown layer\(s\) \['gate_up'\]; choose from \['qkv', 'o'\]$"):
+    with pytest.raises(
+        UnknownLayer, match=r"^no dense \['gate_up'\] in this model \(its MLPs are mixture-of"
+    ):
         only_layers(linear_shapes(QWEN3_MOE), ["o", "gate_up"])  # --layer on its experts' MLP
+    with pytest.raises(
+        UnknownLayer,
+        match=r"^unknown layer\(s\) \['up'\]; no dense \['down'\] .*; choose from \['qkv', 'o'\]$",
+    ):
+        only_layers(linear_shapes(QWEN3_MOE), ["up", "down"])  # a typo and an experts' layer, each named
     assert [s.name for s in only_layers(linear_shapes(dense), ["down", "qkv"])] == ["qkv", "down"]
 
 

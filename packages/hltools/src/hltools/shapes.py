@@ -234,15 +234,28 @@ def only_layers(shapes: list[LinearShape], layers: Sequence[str] | None) -> list
     them when ``layers`` is None or empty.
 
     Raises:
-        UnknownLayer: a name in ``layers`` that none of ``shapes`` has (the message names it and
-            the model's layers: a MoE model without dense MLP layers has qkv and o only).
+        UnknownLayer: a name in ``layers`` that none of ``shapes`` has. The message names it and
+            the model's layers; a dense-MLP name (gate_up, down) that a MoE model lacks is said to
+            be its experts' layer, which vLLM's fused-MoE kernels run, not a typo.
     """
     if not layers:
         return list(shapes)
-    unknown = sorted(set(layers) - {s.name for s in shapes})
-    if unknown:
-        raise UnknownLayer(f"unknown layer(s) {unknown}; choose from {[s.name for s in shapes]}")
+    have = [s.name for s in shapes]
+    missing = sorted(set(layers) - set(have))
+    if missing:
+        mlp = [name for name in missing if name in _DENSE_MLP]
+        other = [name for name in missing if name not in _DENSE_MLP]
+        parts = [f"unknown layer(s) {other}"] if other else []
+        if mlp:
+            parts.append(
+                f"no dense {mlp} in this model (its MLPs are mixture-of-experts, run by vLLM's "
+                "fused-MoE kernels, not hl)"
+            )
+        raise UnknownLayer(f"{'; '.join(parts)}; choose from {have}")
     return [s for s in shapes if s.name in layers]
+
+
+_DENSE_MLP = ("gate_up", "down")  # linear_shapes' MLP layers, absent from a MoE model without dense MLPs
 
 
 #: config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek).
