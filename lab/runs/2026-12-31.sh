@@ -28,6 +28,9 @@
 # Next, on either GPU: K6 RT_MODELS="qwen3-4b qwen3-8b" RT_FORMAT=fp8_dynamic (LIMIT=560: a model's
 #   grid took 63-80 s on an H100, 146-242 s on an H200 before the pruning; its control as long), then
 #   K6 with RT_FORMAT=w8a8_int8; on an H200 after 2026-12-28.sh's order, one model a call.
+# K6 ran on an H100 SXM in 2026-12-06's sixteenth session (lab/results/2026-12-06-d), both formats:
+#   no measurable gain over the control (the knobs stay out of grid_search). Next: 2026-12-28.sh's
+#   H200 order.
 set -u
 here=$(dirname "$0")
 phase=${1:?the phase to run: F1, K6, K5, GM, BM, CP, GR, ...}
