@@ -8,6 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from hltools.cli import app
+from hltools.options import NO_GPU_EXIT
 from hltools.shapes import load_model_config
 
 runner = CliRunner()
@@ -128,3 +129,33 @@ def test_layer_takes_commas_or_repeats_and_a_bad_name_names_the_option(command):
         message
         == "Invalid value for --layer: unknown layer(s) ['mlp']; choose from ['qkv', 'o', 'gate_up', 'down']"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (
+            ["autotune", "--model", "qwen3-1.7b", "--num-tokens", "8"],
+            NO_GPU_EXIT,
+            "hltools autotune needs a CUDA GPU",
+        ),
+        (
+            ["bench", "kernels", "--model", "qwen3-1.7b"],
+            NO_GPU_EXIT,
+            "hltools bench kernels needs a CUDA GPU",
+        ),
+        (["bench", "compare", "a", "b", "--names", "x"], 2, "--names takes two names"),
+        (["bench", "report", "."], 1, "no kernels.json or e2e-*.json results in ."),
+    ],
+    ids=["autotune-no-gpu", "bench-kernels-no-gpu", "bench-compare-names", "bench-report-empty"],
+)
+def test_a_run_that_cannot_start_says_why_on_stderr_and_leaves_stdout_empty(
+    args, code, words, tmp_path, monkeypatch
+):
+    """Errors go to stderr, as typer's own bad-option errors do, so that ``--list > keys.txt`` or a
+    report piped elsewhere never holds one."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke(args)
+    assert result.exit_code == code, result.output
+    assert words in " ".join(result.stderr.split())
+    assert result.stdout == ""

@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from hlcore.config_store import (
@@ -82,6 +81,7 @@ from hlcore.scaled_mm_config import (
     default_scaled_mm_config,
     select_scaled_mm_entry,
 )
+from hltools import options as opt
 
 if TYPE_CHECKING:
     from hltools.bench import BenchResult
@@ -553,7 +553,7 @@ def rows_of_models(results: Sequence, processes: Sequence[int], models: str) -> 
     return [results[i] for i in keep], [processes[i] for i in keep]
 
 
-def merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Console) -> tuple[bool, set]:
+def merge_target(path: Path, metadata: dict[str, Any], force: bool) -> tuple[bool, set]:
     """``(merge, keys already there)`` for writing ``path``; a file of another GPU or helion version
     (or an unreadable one) exits 2 unless ``force`` (then it is started afresh). Sets
     ``metadata["earlier"]`` when merging into an existing file."""
@@ -566,10 +566,7 @@ def merge_target(path: Path, metadata: dict[str, Any], force: bool, console: Con
         reason = str(exc)
     if reason:
         if not force:
-            console.print(
-                f"[bold red]{path}: {reason}; rerun with --force to replace it (or pick another --output)"
-            )
-            raise typer.Exit(2)
+            opt.fail(f"{path}: {reason}; rerun with --force to replace it (or pick another --output)", 2)
         return False, set()  # as autotune --force: the file is started afresh
     metadata["earlier"] = earlier_provenance(current.metadata)
     return True, set(current.entries)

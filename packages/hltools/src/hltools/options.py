@@ -292,12 +292,22 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count()
 
 
-def require_gpu(out: Console, command: str, why: str) -> None:
-    """Exit with :data:`NO_GPU_EXIT` and say why when no CUDA GPU is visible."""
+def require_gpu(command: str, why: str) -> None:
+    """Exit with :data:`NO_GPU_EXIT` and say why (on stderr) when no CUDA GPU is visible."""
     if not cuda_available():
-        no_gpu(out, f"[bold red]{command} needs a CUDA GPU[/] ({why}); none was found.")
+        fail(f"{command} needs a CUDA GPU ({why}); none was found.", NO_GPU_EXIT)
 
 
-def no_gpu(out: Console, message: str) -> NoReturn:
-    out.print(message, highlight=False)
-    raise typer.Exit(NO_GPU_EXIT)
+def error_console() -> Console:
+    """rich's console on stderr, as wide as :func:`console` when it is not a terminal."""
+    err = Console(stderr=True)
+    return err if err.is_terminal else Console(stderr=True, width=max(err.width, 200))
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """A run that cannot start, or an input it cannot read: ``message`` in bold red on stderr, as
+    written (no rich markup: paths and ``hltools[ray]`` print as they are), then exit ``code``.
+    stdout keeps what a command produces (``--list``'s table, a report); typer's own bad-option
+    errors go to stderr too."""
+    error_console().print(message, style="bold red", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)

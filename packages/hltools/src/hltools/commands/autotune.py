@@ -8,7 +8,7 @@ import shlex
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -235,12 +235,12 @@ def autotune(
     try:
         backend = at.gpu_backend()
     except at.AutotuneError as exc:  # a GPU hlvllm does not run on
-        _cannot_start(out, exc)
+        opt.fail(str(exc), 2)
     if backend is None:
-        opt.no_gpu(
-            out,
-            "[bold red]hltools autotune needs a CUDA GPU[/] (every candidate config is timed on the device); "
+        opt.fail(
+            "hltools autotune needs a CUDA GPU (every candidate config is timed on the device); "
             "none was found. `hltools autotune --list ...` prints the keys without one.",
+            opt.NO_GPU_EXIT,
         )
     gpu_name, tune, check = backend
     path = at.output_path(output, gpu_name)
@@ -373,7 +373,7 @@ def _tune_sharded(out: Console, keys, path: Path, options, gpu_ids, meta, force,
             keys, path, gpu_ids, options=options, metadata=meta, force=force, budget_seconds=budget
         )
     except at.AutotuneError as exc:
-        _cannot_start(out, exc)
+        opt.fail(str(exc), 2)
 
 
 def _tune_on_ray(out: Console, address, keys, output: Path, command, options, force, budget, model):
@@ -384,11 +384,11 @@ def _tune_on_ray(out: Console, address, keys, output: Path, command, options, fo
     from hltools import autotune_ray
 
     if address == "local" and opt.cuda_device_count() == 0:  # before Ray's seconds of start-up
-        _cannot_start(
-            out,
+        opt.fail(
             "--ray local: this machine has no CUDA GPU (torch.cuda.device_count() is 0), so a local Ray "
             "cluster would have none to tune on; run it on a GPU machine, or give a cluster's address "
             "(--ray auto, --ray HOST:PORT)",
+            2,
         )
     try:
         ray = autotune_ray.connect(address)
@@ -413,14 +413,7 @@ def _tune_on_ray(out: Console, address, keys, output: Path, command, options, fo
             on_report=lambda report: out.print(report, markup=False, highlight=False),
         )
     except at.AutotuneError as exc:
-        _cannot_start(out, exc)
-
-
-def _cannot_start(out: Console, reason: Exception | str) -> NoReturn:
-    """A run that cannot start: its reason in red, as written (no rich markup: ``hltools[ray]``,
-    paths), and exit 2."""
-    out.print(str(reason), style="bold red", markup=False, highlight=False)
-    raise typer.Exit(2) from None
+        opt.fail(str(exc), 2)
 
 
 def _num_tokens(text: str | None) -> list[int]:
@@ -502,4 +495,4 @@ def _tune(out: Console, keys: list, path: Path, options, run: dict):
                 on_start=lambda key: progress.update(task, description=f"tuning {key.label}"), **run,
             )  # fmt: skip
         except at.AutotuneError as exc:
-            _cannot_start(out, exc)
+            opt.fail(str(exc), 2)

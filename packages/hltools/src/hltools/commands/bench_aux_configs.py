@@ -38,13 +38,10 @@ def aux_configs(sweep: Sweep, tolerance: Tolerance = 0.05) -> None:
     try:
         records = read_json(sweep, what).get("results") or []
     except ValueError as exc:
-        out.print(f"[bold red]{exc}")
-        raise typer.Exit(1) from None
+        opt.fail(str(exc))
     except (OSError, AttributeError) as exc:
-        out.print(f"[bold red]{sweep}: not a {what} ({exc})")
-        raise typer.Exit(1) from None
+        opt.fail(f"{sweep}: not a {what} ({exc})", 1)
     if not records:
-        out.print(f"[bold red]{sweep}: no timings (its 'results' list is empty)")
-        raise typer.Exit(1)
+        opt.fail(f"{sweep}: no timings (its 'results' list is empty)", 1)
     for line in aux_sweep.summary_lines(aux_sweep.analyze(records, tolerance=tolerance)):
         out.print(line, highlight=False, markup=False, soft_wrap=True)

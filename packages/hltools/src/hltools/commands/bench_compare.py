@@ -76,21 +76,18 @@ def compare(
     out = opt.console()
     labels = [s.strip() for s in names.split(",")]
     if len(labels) != 2 or not all(labels):
-        out.print(f"[bold red]--names takes two names, before,after; got {names!r}")
-        raise typer.Exit(2)
+        opt.fail(f"--names takes two names, before,after; got {names!r}", 2)
     run_names = [labels[1]] if len(after) == 1 else [f"{labels[1]}{i}" for i in range(1, len(after) + 1)]
     runs = []
     for label, path in zip(("BEFORE", *(["AFTER"] * len(after))), (before, *after), strict=True):
         try:
             runs.append(read_results(path))
         except FileNotFoundError:
-            out.print(
-                f"[bold red]{label}: {path} not found: expected a `bench kernels` output folder or its kernels.json"
+            opt.fail(
+                f"{label}: {path} not found: expected a `bench kernels` output folder or its kernels.json", 1
             )
-            raise typer.Exit(1) from None
         except ValueError as exc:
-            out.print(f"[bold red]{label}: {exc}")
-            raise typer.Exit(1) from None
+            opt.fail(f"{label}: {exc}", 1)
     per_run = []
     try:
         for name, (_, results) in zip(run_names, runs[1:], strict=True):
@@ -99,14 +96,10 @@ def compare(
             for note in notes:
                 out.print(f"[yellow]{name}: {note}" if len(after) > 1 else f"[yellow]{note}")
     except ValueError as exc:
-        out.print(f"[bold red]{exc}")
-        raise typer.Exit(1) from None
+        opt.fail(str(exc))
     empty = [str(p) for p, (_, rows) in zip(after, per_run, strict=True) if not rows]
     if empty:
-        out.print(
-            f"[bold red]{before} and {', '.join(empty)} share no (model, format, TP, M) with vLLM timed"
-        )
-        raise typer.Exit(1)
+        opt.fail(f"{before} and {', '.join(empty)} share no (model, format, TP, M) with vLLM timed", 1)
     tables = [
         c.step_table(per_run[0][1], labels[0], run_names[0]),
         c.runs_summary_table(per_run, *labels),

@@ -139,7 +139,7 @@ def e2e(
         what = f"{model} ({cfg['num_hidden_layers']} layers, {fmt}, TP {tensor_parallel_size})"
         _print_runs(out, specs, output / stem / "model", options, hl_kernel_cache, what)
         return
-    _require_gpus(out, tensor_parallel_size)
+    _require_gpus(tensor_parallel_size)
     report = e.run_e2e(
         model=model, model_config=config, fmt=fmt, layers=layers, options=options, output=output,
         plugins=opt.split_names(plugins), rounds=rounds, timeout=timeout, kernel_cache=hl_kernel_cache,
@@ -185,13 +185,13 @@ def _print_runs(out: Console, specs, model_dir: Path, options, kernel_cache: boo
         out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _require_gpus(out: Console, count: int) -> None:
+def _require_gpus(count: int) -> None:
     opt.require_gpu(
-        out, "hltools bench e2e", "it starts vLLM engines; `--dry-run` prints their command lines without one"
+        "hltools bench e2e", "it starts vLLM engines; `--dry-run` prints their command lines without one"
     )
     gpus = opt.cuda_device_count()
     if count > gpus:
-        opt.no_gpu(out, f"[bold red]--tensor-parallel-size {count} needs {count} GPUs; {gpus} visible.")
+        opt.fail(f"--tensor-parallel-size {count} needs {count} GPUs; {gpus} visible.", opt.NO_GPU_EXIT)
 
 
 def _commit() -> str:

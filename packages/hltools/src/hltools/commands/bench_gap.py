@@ -62,8 +62,7 @@ def gap(
         try:
             floor_meta, floor = g.load_read_floor(read_floor)
         except (OSError, ValueError) as exc:
-            out.print(f"[bold red]{exc}")
-            raise typer.Exit(1) from None
+            opt.fail(str(exc))
         floor_summaries = g.read_floor_summary(rows, floor, target)
         floor_source = f"`{read_floor.name}` ({floor_meta.get('gpu', '?')}, {len(floor)} shapes)"
     if points:
@@ -101,17 +100,14 @@ def _gap_rows(out: Console, files: list[Path], target: float) -> tuple[list, dic
         try:
             metadata, results = read_results(path)
         except (FileNotFoundError, ValueError) as exc:
-            out.print(f"[bold red]{exc}")
-            raise typer.Exit(1) from None
+            opt.fail(str(exc))
         label = g.file_label(path)
         bw = g.copy_bandwidth_gbs(metadata, results)
         if not bw:
-            out.print(f"[bold red]{path}: no copy bandwidth in its metadata or rows")
-            raise typer.Exit(1)
+            opt.fail(f"{path}: no copy bandwidth in its metadata or rows", 1)
         got, skipped = g.gap_rows(results, bw, target, label)
         if not got:
-            out.print(f"[bold red]{path}: no point timed for both Helion and vLLM")
-            raise typer.Exit(1)
+            opt.fail(f"{path}: no point timed for both Helion and vLLM", 1)
         if skipped:
             out.print(f"[yellow]{label}: {skipped} Helion/vLLM rows without a timed partner left out")
         rows += got

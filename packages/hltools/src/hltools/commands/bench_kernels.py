@@ -107,7 +107,7 @@ def kernels(
         out.print(f"{len(shapes)} shapes, {sum(len(s.ms) for s in shapes)} points")
         return
     opt.require_gpu(
-        out, "hltools bench kernels", "it times kernels on the device; `--list` shows the points without one"
+        "hltools bench kernels", "it times kernels on the device; `--list` shows the points without one"
     )
     import torch
 

@@ -58,8 +58,7 @@ def report(
     kernels = _read_kernels(out, directory)
     e2e_results = _read_e2e(out, directory)
     if kernels is None and not e2e_results:
-        out.print(f"[bold red]no kernels.json or e2e-*.json results in {directory}")
-        raise typer.Exit(1)
+        opt.fail(f"no kernels.json or e2e-*.json results in {directory}", 1)
     names = _file_names(kernels, [stem for stem, _, _ in e2e_results], plots)
     dest = _destination(directory, output, in_place, names)
     if kernels is not None:
@@ -84,8 +83,7 @@ def _read_kernels(out: Console, directory: Path) -> tuple[dict[str, Any], list] 
     try:
         return kernel_results.read_results(path)
     except ValueError as exc:
-        out.print(f"[bold red]{exc}")
-        raise typer.Exit(1) from None
+        opt.fail(str(exc))
 
 
 def _read_e2e(out: Console, directory: Path) -> list[tuple[str, dict[str, Any], dict]]:
@@ -101,8 +99,7 @@ def _read_e2e(out: Console, directory: Path) -> list[tuple[str, dict[str, Any], 
         try:
             payload = read_json(path, "bench e2e result")
         except ValueError as exc:
-            out.print(f"[bold red]{exc}")
-            raise typer.Exit(1) from None
+            opt.fail(str(exc))
         if "summary" in payload:
             stem = name.removesuffix(".json")  # e2e-qwen3-1.7b-fp8_dynamic: no Path.with_suffix (".7b-...")
             found.append((stem, payload.get("metadata", {}), e2e.summarize(payload.get("runs", []))))

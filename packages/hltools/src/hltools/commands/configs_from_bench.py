@@ -143,8 +143,7 @@ def from_bench(
     try:
         metadata = bc.bench_metadata(results, bench_meta, command, config_dir)
     except bc.BenchConfigError as exc:
-        console.print(f"[bold red]{exc}")
-        raise typer.Exit(2) from None
+        opt.fail(f"{exc}", 2)
     skipped: list[str] = []
     entries = bc.entries_from_bench(
         results,
@@ -165,7 +164,7 @@ def from_bench(
             console.print(f"  skipped {reason}", markup=False, highlight=False)
         raise typer.Exit(1)
     path = config_file_path(SCALED_MM_KERNEL, metadata["gpu"], output)
-    merge, present = bc.merge_target(path, metadata, force, console)
+    merge, present = bc.merge_target(path, metadata, force)
     kept = [e for e in entries if e.id in present] if only_new else []
     written = [e for e in entries if not (only_new and e.id in present)]
     if written:

@@ -151,8 +151,7 @@ def _gpu_mode(out: Console, fmts: list[str], dtype, metadata: dict) -> tuple[dic
         try:
             fallbacks[fmt] = vllm_default(fmt, dtype)
         except (RuntimeError, ValueError) as exc:
-            out.print(f"[bold red]{fmt}: {exc}")
-            raise typer.Exit(1) from None
+            opt.fail(f"{fmt}: {exc}", 1)
         for reason in fallbacks[fmt].skipped:
             out.print(f"[dim]{fmt}: skipped {reason}")
     names = {fmt: p.name for fmt, p in fallbacks.items()}
