@@ -253,10 +253,11 @@ def bad_parameter(exc: Exception, option: str | None = None) -> typer.BadParamet
 # --------------------------------------------------------------------------------------------
 # Output and environment
 # --------------------------------------------------------------------------------------------
-def console() -> Console:
-    """rich's console; at least 200 columns wide when the output is not a terminal (logs, tests)."""
-    out = Console()
-    return out if out.is_terminal else Console(width=max(out.width, 200))
+def console(stderr: bool = False) -> Console:
+    """rich's console (on stderr with ``stderr``); at least 200 columns wide when the output is not a
+    terminal (logs, tests)."""
+    out = Console(stderr=stderr)
+    return out if out.is_terminal else Console(stderr=stderr, width=max(out.width, 200))
 
 
 def command_line() -> str:
@@ -298,16 +299,10 @@ def require_gpu(command: str, why: str) -> None:
         fail(f"{command} needs a CUDA GPU ({why}); none was found.", NO_GPU_EXIT)
 
 
-def error_console() -> Console:
-    """rich's console on stderr, as wide as :func:`console` when it is not a terminal."""
-    err = Console(stderr=True)
-    return err if err.is_terminal else Console(stderr=True, width=max(err.width, 200))
-
-
 def fail(message: str, code: int = 1) -> NoReturn:
     """A run that cannot start, or an input it cannot read: ``message`` in bold red on stderr, as
     written (no rich markup: paths and ``hltools[ray]`` print as they are), then exit ``code``.
     stdout keeps what a command produces (``--list``'s table, a report); typer's own bad-option
     errors go to stderr too."""
-    error_console().print(message, style="bold red", markup=False, highlight=False, soft_wrap=True)
+    console(stderr=True).print(message, style="bold red", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
